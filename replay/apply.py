@@ -1,0 +1,169 @@
+"""Applying events to a world: replay is a fold of ``apply_event`` over the log.
+
+``apply_event(builder, event)`` is a pure function of the world and the event: it reads
+no clock (SQLite's clock is frozen to the event's ``ts``), draws no randomness (seeded by
+the event id) and does no I/O besides the world it writes. A ``WorldBuilder`` holds one
+connection per service and keeps each service's changes of the current day in one
+transaction, committed by ``commit()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import os
+from collections.abc import Callable
+from functools import singledispatch
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from replay.layout import SERVICES, WORKSPACE, service_db, workspace_path
+from replay.sqlite import freeze, open_event_db, take_denial
+from worldstore.canonical import digest
+from worldstore.errors import PathError, WorldError
+from worldstore.events import (
+    FileDeletePayload,
+    FileWritePayload,
+    Params,
+    Payload,
+    SqlPayload,
+    StoredEvent,
+)
+from worldstore.interchange import BLOB_PARAM_KEY
+from worldstore.names import ts_millis
+
+BlobSource = Callable[[str], bytes]
+
+
+class EventFailed(WorldError):
+    """An event could not be applied; the caller adds persona, day and event."""
+
+
+class WorldBuilder:
+    """Writes events into one world directory."""
+
+    def __init__(self, root: Path, blobs: BlobSource) -> None:
+        self.root = root
+        self.blobs = blobs
+        self._conns: dict[str, apsw.Connection] = {}
+        (root / SERVICES).mkdir(parents=True, exist_ok=True)
+        (root / WORKSPACE).mkdir(parents=True, exist_ok=True)
+
+    def connection(self, service: str) -> apsw.Connection:
+        conn = self._conns.get(service)
+        if conn is None:
+            conn = open_event_db(service_db(self.root, service))
+            _unguarded(conn, "PRAGMA journal_mode=MEMORY")
+            _unguarded(conn, "BEGIN")
+            self._conns[service] = conn
+        return conn
+
+    def apply(self, event: StoredEvent, payload: Payload | None = None) -> None:
+        freeze(ts_millis(event.ts), event.event_id)
+        apply_event(payload if payload is not None else event.payload, self)
+
+    def commit(self) -> None:
+        """End the day: commit every open service transaction and close connections."""
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            _unguarded(conn, "COMMIT")
+            conn.close()
+
+    def abort(self) -> None:
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            try:
+                _unguarded(conn, "ROLLBACK")
+            finally:
+                conn.close()
+
+
+def _unguarded(conn: apsw.Connection, sql: str) -> None:
+    guard = conn.authorizer
+    conn.authorizer = None
+    try:
+        conn.execute(sql)
+    finally:
+        conn.authorizer = guard
+
+
+@singledispatch
+def apply_event(payload: Payload, world: WorldBuilder) -> None:
+    raise EventFailed(f"unknown payload type {type(payload).__name__}")
+
+
+@apply_event.register
+def _apply_sql(payload: SqlPayload, world: WorldBuilder) -> None:
+    conn = world.connection(payload.service)
+    try:
+        for _row in conn.execute(payload.sql, _bindings(payload.params)):
+            pass
+    except apsw.Error as exc:
+        denied = take_denial()
+        reason = denied or f"{type(exc).__name__}: {exc}"
+        raise EventFailed(f"service {payload.service!r}: {reason}") from None
+
+
+def _bindings(params: Params | None) -> Any:
+    if params is None:
+        return None
+    if isinstance(params, dict):
+        return {k: _binding(v) for k, v in params.items()}
+    return tuple(_binding(v) for v in params)
+
+
+def _binding(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, dict):
+        return base64.b64decode(value[BLOB_PARAM_KEY])
+    return value
+
+
+@apply_event.register
+def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
+    data = world.blobs(payload.blob)
+    if digest(data) != payload.blob or len(data) != payload.size:
+        raise EventFailed(f"blob {payload.blob} for {payload.path!r} does not match its digest")
+    target = _target(world, payload.path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir():
+            raise EventFailed(f"file_write {payload.path!r}: a directory is in the way")
+        target.write_bytes(data)
+    except (NotADirectoryError, FileExistsError):
+        raise EventFailed(
+            f"file_write {payload.path!r}: a parent of this path is a file"
+        ) from None
+
+
+@apply_event.register
+def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
+    target = _target(world, payload.path)
+    try:
+        os.unlink(target)
+    except FileNotFoundError:
+        raise EventFailed(f"file_delete {payload.path!r}: no such file in the workspace") from None
+    except (IsADirectoryError, PermissionError, NotADirectoryError) as exc:
+        raise EventFailed(f"file_delete {payload.path!r}: not a file ({exc.strerror})") from None
+    _prune_empty_parents(target.parent, world.root / WORKSPACE)
+
+
+def _target(world: WorldBuilder, path: str) -> Path:
+    try:
+        return workspace_path(world.root, path)
+    except PathError as exc:
+        raise EventFailed(str(exc)) from None
+
+
+def _prune_empty_parents(folder: Path, stop: Path) -> None:
+    while folder != stop:
+        try:
+            folder.rmdir()
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return
+            raise
+        folder = folder.parent

@@ -1,0 +1,221 @@
+"""Row-level and file-level differences between two worlds.
+
+Tables whose manifest digests agree are skipped without reading a row. Rows are matched
+by primary key where the key is a total order (INTEGER PRIMARY KEY, WITHOUT ROWID);
+otherwise a table is compared as a multiset of whole rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+
+from replay.hashing import Manifest, ServiceManifest, _table_infos
+from replay.layout import WORKSPACE, service_db
+from replay.sqlite import open_readonly, quote_ident
+
+MAX_TEXT_DIFF_LINES = 200
+
+
+class RowChange(msgspec.Struct, omit_defaults=True):
+    change: str  # added | removed | changed
+    key: dict[str, Any]
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    columns: list[str] | None = None  # the changed columns, for 'changed'
+
+
+class TableDiff(msgspec.Struct, omit_defaults=True):
+    service: str
+    table: str
+    change: str  # added | removed | changed | schema
+    added: int = 0
+    removed: int = 0
+    changed: int = 0
+    rows: list[RowChange] = []
+    truncated: bool = False
+
+
+class FileDiff(msgspec.Struct, omit_defaults=True):
+    path: str
+    change: str  # added | removed | changed
+    size_before: int | None = None
+    size_after: int | None = None
+    text_diff: list[str] | None = None
+
+
+class WorldDiff(msgspec.Struct):
+    before: str
+    after: str
+    services_added: list[str]
+    services_removed: list[str]
+    tables: list[TableDiff]
+    files: list[FileDiff]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.services_added or self.services_removed or self.tables or self.files)
+
+
+def diff_worlds(a_root: Path, a: Manifest, b_root: Path, b: Manifest,
+                *, max_rows: int = 1000) -> WorldDiff:
+    tables: list[TableDiff] = []
+    for service in sorted(set(a.services) | set(b.services)):
+        sa_, sb = a.services.get(service), b.services.get(service)
+        tables.extend(_service_diff(service, a_root, sa_, b_root, sb, max_rows))
+    return WorldDiff(
+        before=a.world_hash(), after=b.world_hash(),
+        services_added=sorted(set(b.services) - set(a.services)),
+        services_removed=sorted(set(a.services) - set(b.services)),
+        tables=tables, files=_file_diffs(a_root, a, b_root, b),
+    )
+
+
+def _service_diff(service: str, a_root: Path, a: ServiceManifest | None, b_root: Path,
+                  b: ServiceManifest | None, max_rows: int) -> list[TableDiff]:
+    a_tables = a.tables if a else {}
+    b_tables = b.tables if b else {}
+    a_schema = {(t, n): sql for t, n, _tb, sql in (a.schema if a else [])}
+    b_schema = {(t, n): sql for t, n, _tb, sql in (b.schema if b else [])}
+    out = []
+    for name in sorted(set(a_tables) | set(b_tables)):
+        da, db = a_tables.get(name), b_tables.get(name)
+        if da == db and a_schema.get(("table", name)) == b_schema.get(("table", name)):
+            continue
+        if da is None or db is None:
+            rows = _read_rows(b_root if da is None else a_root, service, name)
+            change = "added" if da is None else "removed"
+            diff = TableDiff(service, name, change)
+            for key_dict, row in list(rows.values())[:max_rows]:
+                diff.rows.append(RowChange(change, key_dict, after=row if da is None
+                                           else None, before=row if db is None else None))
+            if da is None:
+                diff.added = len(rows)
+            else:
+                diff.removed = len(rows)
+            diff.truncated = len(rows) > max_rows
+            out.append(diff)
+            continue
+        out.append(_table_rows_diff(service, name, a_root, b_root, max_rows,
+                                    schema_changed=a_schema.get(("table", name))
+                                    != b_schema.get(("table", name))))
+    for kind, name in sorted(set(a_schema) | set(b_schema)):
+        if kind != "table" and a_schema.get((kind, name)) != b_schema.get((kind, name)):
+            out.append(TableDiff(service, f"{kind}:{name}", "schema"))
+    return out
+
+
+def _table_rows_diff(service: str, table: str, a_root: Path, b_root: Path, max_rows: int,
+                     *, schema_changed: bool) -> TableDiff:
+    before = _read_rows(a_root, service, table)
+    after = _read_rows(b_root, service, table)
+    diff = TableDiff(service, table, "schema" if schema_changed else "changed")
+    changes: list[RowChange] = []
+    for key in before.keys() - after.keys():
+        diff.removed += 1
+        changes.append(RowChange("removed", before[key][0], before=before[key][1]))
+    for key in after.keys() - before.keys():
+        diff.added += 1
+        changes.append(RowChange("added", after[key][0], after=after[key][1]))
+    for key in before.keys() & after.keys():
+        old, new = before[key][1], after[key][1]
+        if old != new:
+            diff.changed += 1
+            cols = sorted(c for c in set(old) | set(new) if old.get(c) != new.get(c))
+            changes.append(RowChange("changed", before[key][0], before=old, after=new,
+                                     columns=cols))
+    changes.sort(key=lambda c: (msgspec.json.encode(c.key, order="deterministic"), c.change))
+    diff.rows = changes[:max_rows]
+    diff.truncated = len(changes) > max_rows
+    return diff
+
+
+Keyed = dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _read_rows(root: Path, service: str, table: str) -> Keyed:
+    """key -> (key as a dict, row) for every row of one table.
+
+    The key is the primary key where it totally orders the rows; otherwise it is the
+    whole row plus its occurrence number, so duplicate rows are counted, not merged.
+    """
+    with open_readonly(service_db(root, service)) as conn:
+        info = next(i for i in _table_infos(conn) if i.name == table)
+        pk = _total_order_pk(conn, table, info.order_by)
+        cols = info.columns
+        select = ", ".join(quote_ident(c) for c in cols)
+        rows: Keyed = {}
+        occurrences: Counter[tuple[Any, ...]] = Counter()
+        for values in conn.execute(f"SELECT {select} FROM {quote_ident(table)}"):
+            row = {c: _jsonable(v) for c, v in zip(cols, values, strict=True)}
+            if pk:
+                key_dict = {c: row[c] for c in pk}
+                key = tuple(_freeze(row[c]) for c in pk)
+            else:
+                whole = tuple(_freeze(row[c]) for c in cols)
+                occurrences[whole] += 1
+                key_dict = {"occurrence": occurrences[whole]}
+                key = (*whole, occurrences[whole])
+            rows[key] = (key_dict, row)
+        return rows
+
+
+def _total_order_pk(conn: apsw.Connection, table: str, order_by: str) -> list[str]:
+    if "COLLATE BINARY" in order_by or order_by == "rowid":
+        return []
+    return [r[0] for r in sorted(
+        (r for r in conn.execute(f"SELECT name, pk FROM pragma_table_info({_lit(table)})")
+         if r[1] > 0), key=lambda r: r[1])]
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$base64": base64.b64encode(value).decode("ascii")}
+    return value
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _file_diffs(a_root: Path, a: Manifest, b_root: Path, b: Manifest) -> list[FileDiff]:
+    out = []
+    for path in sorted(set(a.files) | set(b.files)):
+        fa, fb = a.files.get(path), b.files.get(path)
+        if fa == fb:
+            continue
+        if fa is None:
+            assert fb is not None
+            out.append(FileDiff(path, "added", size_after=fb.size))
+        elif fb is None:
+            out.append(FileDiff(path, "removed", size_before=fa.size))
+        else:
+            out.append(FileDiff(path, "changed", size_before=fa.size, size_after=fb.size,
+                                text_diff=_text_diff(a_root, b_root, path)))
+    return out
+
+
+def _text_diff(a_root: Path, b_root: Path, path: str) -> list[str] | None:
+    try:
+        before = (a_root / WORKSPACE / path).read_text("utf-8").splitlines()
+        after = (b_root / WORKSPACE / path).read_text("utf-8").splitlines()
+    except (UnicodeDecodeError, OSError):
+        return None
+    lines = list(difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", lineterm=""))
+    if len(lines) > MAX_TEXT_DIFF_LINES:
+        lines = [*lines[:MAX_TEXT_DIFF_LINES], f"... ({len(lines) - MAX_TEXT_DIFF_LINES} more)"]
+    return lines

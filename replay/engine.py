@@ -1,0 +1,443 @@
+"""The world engine: one store plus one snapshot cache, and everything users do with them.
+
+import (validate -> apply -> hash -> commit, per persona-day, all-or-nothing per file),
+snapshot/checkout/mount of ``persona@day``, replay, verify, diff and export. The CLI and
+later the environment server are thin adapters over this class.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from replay.cache import SnapshotCache
+from replay.diff import WorldDiff, diff_worlds
+from replay.files import copy_tree, remove_tree
+from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
+from replay.materialize import BuiltDay, build_days
+from replay.mount import Mount
+from worldstore.errors import (
+    ApplyError,
+    DayOrderError,
+    InputError,
+    IntegrityError,
+    NotFoundError,
+    WorldError,
+)
+from worldstore.events import (
+    GENESIS,
+    FileDeletePayload,
+    FileWritePayload,
+    SqlPayload,
+    StoredEvent,
+    make_event,
+)
+from worldstore.interchange import DayBatch, export_line, read_days, to_payload
+from worldstore.open import default_cache_dir, open_event_store
+from worldstore.store import DayRecord, EventStore, NewDay
+
+REF_RE = re.compile(r"(?P<persona>[a-z0-9][a-z0-9_-]*)(@(?P<day>-?\d+))?")
+HASH_RE = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True, slots=True)
+class DayResult:
+    """One persona-day as import or replay saw it."""
+
+    persona: str
+    day: int
+    n_events: int
+    world_hash: str
+    seconds: float
+    status: str  # imported | unchanged | replayed | mismatch
+    recorded_hash: str | None = None
+
+
+@dataclass(slots=True)
+class Problem:
+    persona: str
+    kind: str  # chain | blob | day | hash | cache | order
+    message: str
+    day: int | None = None
+    seq: int | None = None
+    event: int | None = None  # index of the event within its day
+    table: str | None = None
+    file: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    personas: int = 0
+    days: int = 0
+    events: int = 0
+    cache_entries: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    batch: DayBatch
+    events: list[StoredEvent]
+    blobs: dict[str, bytes]
+    lines: dict[int, int]
+    existing: DayRecord | None
+
+
+Progress = Callable[[DayResult], None]
+
+
+class Worlds:
+    """A store of persona-day logs with its snapshot cache."""
+
+    def __init__(self, store: EventStore, cache: SnapshotCache) -> None:
+        self.store = store
+        self.cache = cache
+
+    @classmethod
+    def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None
+             ) -> Worlds:
+        store = open_event_store(location)
+        cache_root = Path(cache) if cache is not None else default_cache_dir(location)
+        snapshot_cache = SnapshotCache(cache_root)
+        snapshot_cache.clean_tmp()
+        return cls(store, snapshot_cache)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Worlds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- import ---------------------------------------------------------------------
+
+    def import_file(self, path: Path, *, progress: Progress | None = None) -> list[DayResult]:
+        with open(path, "rb") as fh:
+            return self.import_stream(fh, source=str(path), progress=progress)
+
+    def import_stream(self, stream: IO[bytes], *, source: str,
+                      progress: Progress | None = None) -> list[DayResult]:
+        """Append the persona-days of an interchange stream.
+
+        Three phases, so that a bad file stores nothing: (1) read and validate every line;
+        (2) apply every new day to scratch worlds and hash it; (3) commit each day
+        atomically. A day already in the store with identical events is skipped, so
+        re-importing a file (say after a crash) completes what is missing.
+        """
+        batches = read_days(stream, source=source)
+        plans = self._plan(batches)
+        built = self._apply_plans(plans, progress)
+        results = []
+        for plan in plans:
+            if plan.existing is not None:
+                results.append(DayResult(plan.batch.persona, plan.batch.day, len(plan.events),
+                                         plan.existing.world_hash, 0.0, "unchanged"))
+                continue
+            day = built[(plan.batch.persona, plan.batch.day)]
+            record = DayRecord(
+                persona=day.persona, day=day.day, first_seq=plan.events[0].seq,
+                last_seq=plan.events[-1].seq, first_ts=plan.events[0].ts,
+                last_ts=plan.events[-1].ts, head=plan.events[-1].event_id,
+                world_hash=day.world_hash, manifest=encode_manifest(day.manifest),
+            )
+            self.store.append_day(NewDay(record=record, events=plan.events, blobs=plan.blobs),
+                                  expected_last_seq=record.first_seq - 1)
+            results.append(DayResult(day.persona, day.day, day.n_events, day.world_hash,
+                                     day.seconds, "imported"))
+        return results
+
+    def _plan(self, batches: list[DayBatch]) -> list[_Planned]:
+        """Turn batches into stored events, chained onto the store (or onto identical
+        stored days, which will be skipped)."""
+        plans: list[_Planned] = []
+        stored: dict[str, dict[int, DayRecord]] = {}
+        tail: dict[str, tuple[int, str, str | None]] = {}  # where the next new day goes
+        for batch in batches:
+            persona = batch.persona
+            if persona not in stored:
+                records = self.store.days(persona)
+                stored[persona] = {r.day: r for r in records}
+                last = records[-1] if records else None
+                tail[persona] = (last.last_seq + 1, last.head, last.last_ts) if last else (
+                    0, GENESIS, None)
+            records_by_day = stored[persona]
+            existing = records_by_day.get(batch.day)
+            if existing is not None:
+                earlier = [r for d, r in records_by_day.items() if d < batch.day]
+                base = max(earlier, key=lambda r: r.day) if earlier else None
+                next_seq, prev, last_ts = (
+                    (base.last_seq + 1, base.head, base.last_ts) if base else (0, GENESIS, None))
+            else:
+                if records_by_day and batch.day < max(records_by_day):
+                    raise DayOrderError(
+                        f"{batch.source}:{batch.lines[0].line}: {persona}@{batch.day} is not "
+                        f"after the persona's last stored day {max(records_by_day)}; days are "
+                        "append-only"
+                    )
+                next_seq, prev, last_ts = tail[persona]
+            if last_ts is not None and batch.first_ts < last_ts:
+                raise InputError(
+                    f"timestamp {batch.first_ts} of {persona}@{batch.day} is before the "
+                    f"persona's stored last timestamp {last_ts}",
+                    file=batch.source, line=batch.lines[0].line, field="ts",
+                )
+            events, blobs, lines = _stored_events(batch, next_seq, prev)
+            if existing is not None:
+                if (existing.head, existing.last_seq) != (events[-1].event_id, events[-1].seq):
+                    raise DayOrderError(
+                        f"{batch.source}:{batch.lines[0].line}: {persona}@{batch.day} already "
+                        "exists with different events; days are append-only"
+                    )
+            else:
+                tail[persona] = (events[-1].seq + 1, events[-1].event_id, events[-1].ts)
+            plans.append(_Planned(batch, events, blobs, lines, existing))
+        return plans
+
+    def _apply_plans(self, plans: list[_Planned], progress: Progress | None
+                     ) -> dict[tuple[str, int], BuiltDay]:
+        built: dict[tuple[str, int], BuiltDay] = {}
+        scratch = self.cache.scratch()
+        try:
+            by_persona: dict[str, list[_Planned]] = {}
+            for plan in plans:
+                if plan.existing is None:
+                    by_persona.setdefault(plan.batch.persona, []).append(plan)
+            for persona, todo in by_persona.items():
+                root = scratch / persona
+                self._start_world(persona, todo[0].events[0].seq, root)
+                blobs: dict[str, bytes] = {}
+                lines: dict[int, int] = {}
+                for plan in todo:
+                    blobs.update(plan.blobs)
+                    lines.update(plan.lines)
+                events = (e for plan in todo for e in plan.events)
+                for day in build_days(root, events, _blob_source(blobs, self.store),
+                                      lines=lines, source=todo[0].batch.source):
+                    self.cache.put(root, day.world_hash, day.manifest)
+                    built[(persona, day.day)] = day
+                    if progress:
+                        progress(DayResult(persona, day.day, day.n_events, day.world_hash,
+                                           day.seconds, "applied"))
+        finally:
+            remove_tree(scratch)
+        return built
+
+    def _start_world(self, persona: str, first_seq: int, root: Path) -> None:
+        """Put the persona's world as of just before `first_seq` at `root`."""
+        if first_seq == 0:
+            root.mkdir(parents=True)
+            return
+        last = self.store.persona(persona)
+        assert last is not None and last.last_seq == first_seq - 1
+        copy_tree(self.snapshot(persona, last.last_day), root)
+
+    # --- resolving and materializing -----------------------------------------------
+
+    def resolve(self, ref: str) -> DayRecord:
+        """``persona@day``, ``persona`` (its last day), ``persona@-1`` or a world hash."""
+        if HASH_RE.fullmatch(ref):
+            found = self.store.days_with_hash(ref)
+            if not found:
+                raise NotFoundError(f"no persona-day in the store has world hash {ref}")
+            return found[0]
+        m = REF_RE.fullmatch(ref)
+        if not m:
+            raise InputError(f"bad world reference {ref!r}: use persona@day, persona, or a hash")
+        persona, day_text = m.group("persona"), m.group("day")
+        records = self.store.days(persona)
+        if not records:
+            raise NotFoundError(f"no persona {persona!r} in the store {self.store.url}")
+        if day_text is None:
+            return records[-1]
+        day = int(day_text)
+        if day < 0:
+            if -day > len(records):
+                raise NotFoundError(f"{ref}: persona {persona!r} has only {len(records)} days")
+            return records[day]
+        return self.store.day(persona, day)
+
+    def snapshot(self, persona: str, day: int) -> Path:
+        """The cached, read-only world of persona@day, rebuilt from the log if missing."""
+        record = self.store.day(persona, day)
+        cached = self.cache.get(record.world_hash)
+        if cached is not None:
+            return cached
+        records = [r for r in self.store.days(persona) if r.day <= day]
+        base = next((r for r in reversed(records[:-1]) if self.cache.get(r.world_hash)), None)
+        scratch = self.cache.scratch()
+        try:
+            root = scratch / "world"
+            if base is None:
+                root.mkdir()
+            else:
+                cached_base = self.cache.get(base.world_hash)
+                assert cached_base is not None
+                copy_tree(cached_base, root)
+            first = base.last_seq + 1 if base else 0
+            expected = {r.day: r for r in records}
+            events = self.store.events(persona, first, record.last_seq)
+            for built in build_days(root, events, self.store.blob):
+                want = expected[built.day]
+                if built.world_hash != want.world_hash:
+                    raise IntegrityError(
+                        f"replaying {persona}@{built.day} gives world hash {built.world_hash}, "
+                        f"the store recorded {want.world_hash}; run `worldctl verify` to "
+                        "find the first divergent event"
+                    )
+                self.cache.put(root, built.world_hash, built.manifest)
+        finally:
+            remove_tree(scratch)
+        result = self.cache.get(record.world_hash)
+        assert result is not None
+        return result
+
+    def manifest(self, record: DayRecord) -> Manifest:
+        return decode_manifest(record.manifest)
+
+    def checkout(self, ref: str, dest: Path) -> DayRecord:
+        """Copy persona@day into `dest` as plain SQLite files and workspace files.
+
+        The copy is re-hashed; a cache entry that no longer matches is dropped and the
+        world rebuilt from the log, so a checkout is always what the log says.
+        """
+        record = self.resolve(ref)
+        if dest.exists() and any(dest.iterdir()):
+            raise WorldError(f"{dest}: checkout target exists and is not empty")
+        for attempt in range(2):
+            copy_tree(self.snapshot(record.persona, record.day), dest)
+            _make_writable(dest)
+            if world_manifest(dest).world_hash() == record.world_hash:
+                return record
+            remove_tree(dest)
+            self.cache.evict(record.world_hash)
+            if attempt:
+                break
+        raise IntegrityError(f"{ref}: could not produce a world with hash {record.world_hash}")
+
+    def mount(self, ref: str, dest: Path | None = None) -> Mount:
+        """A writable, isolated, resettable instance of persona@day (or of a world hash)."""
+        record = self.resolve(ref)
+        snapshot = self.snapshot(record.persona, record.day)
+        if dest is None:
+            dest = self.cache.scratch()
+        elif dest.exists() and any(dest.iterdir()):
+            raise WorldError(f"{dest}: mount target exists and is not empty")
+        return Mount(snapshot, record.world_hash, self.manifest(record), dest)
+
+    # --- replay, verify, diff, export -----------------------------------------------
+
+    def replay(self, persona: str, *, progress: Progress | None = None) -> list[DayResult]:
+        """Re-apply the persona's whole log from nothing; compare every day's hash."""
+        records = {r.day: r for r in self.store.days(persona)}
+        if not records:
+            raise NotFoundError(f"no persona {persona!r} in the store {self.store.url}")
+        results = []
+        scratch = self.cache.scratch()
+        try:
+            root = scratch / "world"
+            root.mkdir()
+            for built in build_days(root, self.store.events(persona), self.store.blob):
+                recorded = records[built.day].world_hash
+                status = "replayed" if built.world_hash == recorded else "mismatch"
+                if status == "replayed":
+                    self.cache.put(root, built.world_hash, built.manifest)
+                result = DayResult(persona, built.day, built.n_events, built.world_hash,
+                                   built.seconds, status, recorded)
+                results.append(result)
+                if progress:
+                    progress(result)
+        finally:
+            remove_tree(scratch)
+        return results
+
+    def verify(self, personas: list[str] | None = None, *,
+               progress: Progress | None = None) -> VerifyReport:
+        from replay.verify import verify_persona  # the slow path lives in its own module
+
+        report = VerifyReport()
+        names = personas if personas else [p.persona for p in self.store.personas()]
+        for persona in names:
+            verify_persona(self, persona, report, progress)
+        return report
+
+    def diff(self, ref_a: str, ref_b: str) -> WorldDiff:
+        a, b = self.resolve(ref_a), self.resolve(ref_b)
+        return diff_worlds(self.snapshot(a.persona, a.day), self.manifest(a),
+                           self.snapshot(b.persona, b.day), self.manifest(b))
+
+    def export(self, persona: str, out: IO[bytes], *, through_day: int | None = None) -> int:
+        records = self.store.days(persona)
+        if not records:
+            raise NotFoundError(f"no persona {persona!r} in the store {self.store.url}")
+        last = records[-1] if through_day is None else self.store.day(persona, through_day)
+        count = 0
+        for event in self.store.events(persona, 0, last.last_seq):
+            payload = event.payload
+            data = self.store.blob(payload.blob) if isinstance(payload, FileWritePayload) else None
+            out.write(export_line(persona, event.day, event.ts, payload, data))
+            count += 1
+        return count
+
+    def iter_records(self) -> Iterator[DayRecord]:
+        for summary in self.store.personas():
+            yield from self.store.days(summary.persona)
+
+
+def _stored_events(batch: DayBatch, first_seq: int, prev: str
+                   ) -> tuple[list[StoredEvent], dict[str, bytes], dict[int, int]]:
+    stored: list[StoredEvent] = []
+    blobs: dict[str, bytes] = {}
+    lines: dict[int, int] = {}
+    for offset, sl in enumerate(batch.lines):
+        payload, data = to_payload(sl.event)
+        if data is not None and isinstance(payload, FileWritePayload):
+            blobs[payload.blob] = data
+        event = make_event(persona=batch.persona, seq=first_seq + offset, day=batch.day,
+                           ts=sl.event.ts, prev=prev, payload=payload)
+        stored.append(event)
+        lines[event.seq] = sl.line
+        prev = event.event_id
+    return stored, blobs, lines
+
+
+def _blob_source(local: dict[str, bytes], store: EventStore) -> Callable[[str], bytes]:
+    def get(digest: str) -> bytes:
+        found = local.get(digest)
+        return found if found is not None else store.blob(digest)
+    return get
+
+
+def _make_writable(root: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                os.chmod(path, 0o644)
+
+
+def touched_by(payload: SqlPayload | FileWritePayload | FileDeletePayload,
+               table: str | None, file: str | None, service: str | None) -> bool:
+    """Whether an event plausibly wrote `table` of `service`, or `file` (for verify's report)."""
+    if file is not None:
+        return isinstance(payload, FileWritePayload | FileDeletePayload) and payload.path == file
+    if isinstance(payload, SqlPayload) and payload.service == service:
+        if table is None:
+            return True
+        return re.search(rf"(?i)(^|[^\w]){re.escape(table)}([^\w]|$)", payload.sql) is not None
+    return False
+
+
+__all__ = ["ApplyError", "DayResult", "Problem", "VerifyReport", "Worlds"]

@@ -1,0 +1,175 @@
+"""The world hash: one logical, history-independent digest of a world directory.
+
+Why logical rather than canonical file bytes: two databases with equal content can
+differ in page layout, freelist, root-page numbers and the order tables were created;
+``VACUUM INTO`` removes the first two but not the last, so its bytes still remember
+history. Here every database contributes its ``user_version`` and ``application_id``,
+its schema entries sorted by (type, name) without root pages, and every row of every
+table (``sqlite_sequence`` included) in primary-key order, encoded with the canonical
+MessagePack encoding in fixed-size chunks. The workspace contributes sorted relative
+paths and the digests of their contents. The result is a manifest (per-table and
+per-file digests, used by verify and diff to name what differs) whose canonical
+encoding is hashed into the world hash.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+import msgspec
+import xxhash
+
+from replay.layout import iter_workspace, list_services, service_db
+from replay.sqlite import open_readonly, quote_ident
+from worldstore.canonical import canonical_bytes, digest, digest_of
+
+MANIFEST_FORMAT = 1
+ROW_CHUNK = 1024
+FILE_CHUNK = 1 << 20
+
+
+class TableDigest(msgspec.Struct, frozen=True, array_like=True):
+    rows: int
+    digest: str
+
+
+class ServiceManifest(msgspec.Struct, frozen=True):
+    user_version: int
+    application_id: int
+    schema: list[tuple[str, str, str, str | None]]  # (type, name, tbl_name, sql)
+    tables: dict[str, TableDigest]
+
+
+class FileDigest(msgspec.Struct, frozen=True, array_like=True):
+    size: int
+    digest: str
+    link: str | None = None  # symlink target, for symlinks
+
+
+class Manifest(msgspec.Struct, frozen=True):
+    format: int
+    services: dict[str, ServiceManifest]
+    files: dict[str, FileDigest]
+
+    def world_hash(self) -> str:
+        return digest_of(self)
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    name: str
+    columns: list[str]
+    order_by: str
+    kind: str  # 'table' or 'virtual'
+
+
+def _table_infos(conn: apsw.Connection) -> list[TableInfo]:
+    infos = []
+    rows = conn.execute(
+        "SELECT name, type FROM pragma_table_list WHERE schema = 'main' "
+        "AND type IN ('table', 'virtual') ORDER BY name"
+    ).fetchall()
+    for name, kind in rows:
+        if name.startswith("sqlite_") and name not in ("sqlite_sequence", "sqlite_stat1"):
+            continue
+        cols = conn.execute(
+            "SELECT name, pk, hidden FROM pragma_table_xinfo(?) ORDER BY cid", (name,)
+        ).fetchall()
+        visible = [c[0] for c in cols if c[2] == 0]
+        infos.append(TableInfo(name, visible, _order_by(conn, name, cols, kind), kind))
+    return infos
+
+
+def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str) -> str:
+    if kind == "virtual":
+        return "rowid"
+    pk = sorted((c for c in cols if c[1] > 0), key=lambda c: c[1])
+    without_rowid = conn.execute(
+        "SELECT wr FROM pragma_table_list WHERE schema='main' AND name=?", (table,)
+    ).fetchone()[0]
+    integer_pk = len(pk) == 1 and not without_rowid and _is_rowid_alias(conn, table, pk[0][0])
+    if integer_pk or (pk and without_rowid):
+        # Unique and NOT NULL: primary-key order is a total order on the rows.
+        return ", ".join(quote_ident(c[0]) for c in pk)
+    # No primary key, or one that admits NULLs: order by every column, byte-wise, so equal
+    # rows in any insertion order come out the same.
+    keys = [c[0] for c in pk] + [c[0] for c in cols if c[1] == 0 and c[2] == 0]
+    return ", ".join(f"{quote_ident(k)} COLLATE BINARY" for k in keys)
+
+
+def _is_rowid_alias(conn: apsw.Connection, table: str, column: str) -> bool:
+    decl = conn.execute(
+        "SELECT type FROM pragma_table_xinfo(?) WHERE name = ?", (table, column)
+    ).fetchone()
+    return bool(decl) and str(decl[0]).upper() == "INTEGER"
+
+
+def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
+    h = xxhash.xxh3_128()
+    cols = ", ".join(quote_ident(c) for c in info.columns) or "*"
+    cursor = conn.execute(
+        f"SELECT {cols} FROM {quote_ident(info.name)} ORDER BY {info.order_by}"
+    )
+    count = 0
+    while chunk := list(itertools.islice(cursor, ROW_CHUNK)):
+        count += len(chunk)
+        h.update(canonical_bytes(chunk))
+    return TableDigest(rows=count, digest=h.hexdigest())
+
+
+def service_manifest(path: Path) -> ServiceManifest:
+    with open_readonly(path) as conn:
+        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        schema = [
+            (t, n, tb, sql)
+            for t, n, tb, sql in conn.execute(
+                "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+                "WHERE name NOT LIKE 'sqlite_autoindex_%' ORDER BY type, name"
+            )
+        ]
+        tables = {}
+        for info in _table_infos(conn):
+            try:
+                tables[info.name] = table_digest(conn, info)
+            except apsw.SQLError:
+                if info.kind != "virtual":
+                    raise
+                # Contentless virtual tables cannot be read back; their schema is hashed.
+    return ServiceManifest(user_version, application_id, schema, tables)
+
+
+def file_digest(path: Path) -> FileDigest:
+    if path.is_symlink():
+        target = os.readlink(path)
+        return FileDigest(size=0, digest=digest(target.encode()), link=target)
+    h = xxhash.xxh3_128()
+    size = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(FILE_CHUNK):
+            size += len(block)
+            h.update(block)
+    return FileDigest(size=size, digest=h.hexdigest())
+
+
+def world_manifest(root: Path) -> Manifest:
+    services = {name: service_manifest(service_db(root, name)) for name in list_services(root)}
+    files = {rel: file_digest(path) for rel, path in iter_workspace(root)}
+    return Manifest(format=MANIFEST_FORMAT, services=services, files=files)
+
+
+def hash_world(root: Path) -> str:
+    return world_manifest(root).world_hash()
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    return msgspec.json.encode(manifest, order="deterministic")
+
+
+def decode_manifest(data: bytes) -> Manifest:
+    return msgspec.json.decode(data, type=Manifest)

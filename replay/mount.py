@@ -1,0 +1,140 @@
+"""Mounted instances: isolated, writable, resettable copies of a snapshot.
+
+An instance is a private directory with the world layout, copied (reflinked where the
+file system allows) from a read-only cached snapshot. ``reset()`` puts it back exactly:
+files the instance did not touch are kept, everything else is removed or re-copied.
+"Untouched" is decided by stat: after copying, each file's mtime is pinned to a sentinel
+and its inode, size and ctime are recorded; any write moves mtime and ctime (ctime cannot
+be set back from user space). ``reset(full=True)`` re-copies every file regardless.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from replay.diff import WorldDiff, diff_worlds
+from replay.files import copy_file, remove_tree
+from replay.hashing import Manifest, world_manifest
+from replay.layout import SERVICES, WORKSPACE, service_db
+
+_SENTINEL_NS = 1_000_000_000  # mtime pinned on every copied file (1970-01-01T00:00:01Z)
+
+
+class Mount:
+    """A writable instance of one snapshot. Close it (or use ``with``) to delete it."""
+
+    def __init__(self, snapshot: Path, world_hash: str, manifest: Manifest, path: Path) -> None:
+        self.snapshot = snapshot
+        self.world_hash = world_hash
+        self.manifest = manifest
+        self.path = path
+        self._stamps: dict[str, tuple[int, int, int]] = {}
+        self._closed = False
+        self._copy_all()
+
+    # --- layout ---------------------------------------------------------------------
+
+    @property
+    def workspace(self) -> Path:
+        return self.path / WORKSPACE
+
+    def db_path(self, service: str) -> Path:
+        return service_db(self.path, service)
+
+    @property
+    def services(self) -> list[str]:
+        return sorted(self.manifest.services)
+
+    # --- operations -----------------------------------------------------------------
+
+    def reset(self, *, full: bool = False) -> None:
+        """Restore the snapshot exactly (same hash)."""
+        self._check_open()
+        if full:
+            remove_tree(self.path)
+            self._copy_all()
+            return
+        wanted = dict(self._snapshot_files())
+        for rel, path in _walk(self.path):
+            stamp = self._stamps.get(rel)
+            if stamp is None or rel not in wanted or _stamp(path) != stamp:
+                path.unlink()
+        for rel, src in wanted.items():
+            dst = self.path / rel
+            if dst.is_dir() and not dst.is_symlink():
+                remove_tree(dst)  # a directory now stands where the file was
+            if not os.path.lexists(dst):
+                self._copy_one(rel, src, dst)
+        _remove_empty_dirs(self.path, keep={self.path / SERVICES, self.path / WORKSPACE})
+
+    def hash(self) -> str:
+        self._check_open()
+        return world_manifest(self.path).world_hash()
+
+    def diff(self) -> WorldDiff:
+        """What changed in this instance since the snapshot (row- and file-level)."""
+        self._check_open()
+        return diff_worlds(self.snapshot, self.manifest, self.path, world_manifest(self.path))
+
+    def close(self) -> None:
+        """Delete the instance. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            remove_tree(self.path)
+
+    def __enter__(self) -> Mount:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"instance {self.path} is closed")
+
+    def _snapshot_files(self) -> list[tuple[str, Path]]:
+        return _walk(self.snapshot)
+
+    def _copy_all(self) -> None:
+        self._stamps.clear()
+        (self.path / SERVICES).mkdir(parents=True, exist_ok=True)
+        (self.path / WORKSPACE).mkdir(parents=True, exist_ok=True)
+        for rel, src in self._snapshot_files():
+            self._copy_one(rel, src, self.path / rel)
+
+    def _copy_one(self, rel: str, src: Path, dst: Path) -> None:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+            return
+        copy_file(src, dst)
+        os.chmod(dst, 0o644)
+        os.utime(dst, ns=(_SENTINEL_NS, _SENTINEL_NS))
+        self._stamps[rel] = _stamp(dst)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = os.lstat(path)
+    if st.st_mtime_ns != _SENTINEL_NS:
+        return (-1, -1, -1)
+    return (st.st_ino, st.st_size, st.st_ctime_ns)
+
+
+def _walk(root: Path) -> list[tuple[str, Path]]:
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        for name in filenames + [d for d in dirnames if (here / d).is_symlink()]:
+            path = here / name
+            found.append((path.relative_to(root).as_posix(), path))
+    return found
+
+
+def _remove_empty_dirs(root: Path, keep: set[Path]) -> None:
+    for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
+        folder = Path(dirpath)
+        if folder != root and folder not in keep and not any(folder.iterdir()):
+            folder.rmdir()

@@ -1,0 +1,203 @@
+"""verify: re-derive every day from the log and check everything the store holds.
+
+Nothing is trusted: the hash chain is recomputed event by event, every blob is re-hashed,
+every day is replayed from an empty world (never from the cache) and its hash compared
+with the recorded one, and every cached snapshot of the persona is re-hashed. A mismatch
+names the persona, the day, the event and the table or file.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from replay.hashing import Manifest, decode_manifest
+from replay.materialize import build_days
+from worldstore.canonical import digest
+from worldstore.errors import ApplyError, NotFoundError, WorldError
+from worldstore.events import GENESIS, FileWritePayload, StoredEvent, recompute_id
+from worldstore.store import DayRecord
+
+if TYPE_CHECKING:
+    from replay.engine import Progress, VerifyReport, Worlds
+
+
+def verify_persona(worlds: Worlds, persona: str, report: VerifyReport,
+                   progress: Progress | None) -> None:
+    from replay.engine import Problem
+
+    store = worlds.store
+    records = store.days(persona)
+    if not records:
+        report.problems.append(Problem(persona, "day", f"no persona {persona!r} in the store"))
+        return
+    events = list(store.events(persona))
+    report.personas += 1
+    report.days += len(records)
+    report.events += len(events)
+    problems = report.problems
+    day_of_seq = _day_index(records)
+
+    def where(event: StoredEvent) -> tuple[int | None, int | None]:
+        rec = day_of_seq.get(event.seq)
+        return (rec.day, event.seq - rec.first_seq) if rec else (event.day, None)
+
+    chain_ok = True
+    prev = GENESIS
+    for i, event in enumerate(events):
+        day, index = where(event)
+        if event.seq != i:
+            problems.append(Problem(persona, "chain", f"event seq {event.seq} found where seq "
+                                    f"{i} was expected: the stream has a gap", day, event.seq))
+            chain_ok = False
+            break
+        if event.prev != prev:
+            problems.append(Problem(persona, "chain", f"{persona}@{day} event #{index} (seq "
+                                    f"{event.seq}) does not link to its predecessor",
+                                    day, event.seq, index))
+            chain_ok = False
+        if recompute_id(event) != event.event_id:
+            problems.append(Problem(persona, "chain", f"{persona}@{day} event #{index} (seq "
+                                    f"{event.seq}) was modified: its content no longer matches "
+                                    "its id", day, event.seq, index))
+            chain_ok = False
+        prev = event.event_id
+    _check_days(persona, records, events, store.persona(persona), problems)
+    _check_blobs(worlds, persona, events, where, problems)
+    if chain_ok:
+        _rederive(worlds, persona, records, events, problems, progress)
+    for rec in records:
+        if worlds.cache.get(rec.world_hash) is not None:
+            report.cache_entries += 1
+            problem = worlds.cache.check(rec.world_hash)
+            if problem:
+                problems.append(Problem(persona, "cache", f"{persona}@{rec.day}: {problem}; "
+                                        "the entry was dropped and will be rebuilt from the log",
+                                        rec.day))
+                worlds.cache.evict(rec.world_hash)
+
+
+def _day_index(records: list[DayRecord]) -> dict[int, DayRecord]:
+    return {seq: rec for rec in records for seq in range(rec.first_seq, rec.last_seq + 1)}
+
+
+def _check_days(persona: str, records: list[DayRecord], events: list[StoredEvent],
+                summary: object, problems: list) -> None:  # type: ignore[type-arg]
+    from replay.engine import Problem
+
+    expected_first = 0
+    for rec in records:
+        if rec.first_seq != expected_first or rec.last_seq >= len(events) \
+                or rec.last_seq < rec.first_seq:
+            problems.append(Problem(persona, "day", f"{persona}@{rec.day}: its record covers "
+                                    f"seq {rec.first_seq}..{rec.last_seq}, which does not fit "
+                                    "the stream", rec.day))
+            return
+        span = events[rec.first_seq: rec.last_seq + 1]
+        if any(e.day != rec.day for e in span) or span[-1].event_id != rec.head:
+            problems.append(Problem(persona, "day", f"{persona}@{rec.day}: the day record does "
+                                    "not match its events (day or head id differs)", rec.day))
+        expected_first = rec.last_seq + 1
+    if expected_first != len(events):
+        problems.append(Problem(persona, "day", f"{len(events) - expected_first} events after "
+                                "the last day record belong to no day"))
+    last = records[-1]
+    if summary is None or getattr(summary, "head", None) != last.head \
+            or getattr(summary, "last_seq", None) != last.last_seq:
+        problems.append(Problem(persona, "day", f"persona {persona!r}: its summary does not "
+                                "match its last day record"))
+
+
+def _check_blobs(worlds: Worlds, persona: str, events: list[StoredEvent], where: object,
+                 problems: list) -> None:  # type: ignore[type-arg]
+    from replay.engine import Problem
+
+    checked: dict[str, str | None] = {}
+    for event in events:
+        try:
+            payload = event.payload
+        except Exception as exc:  # a damaged body: already reported by the chain check
+            problems.append(Problem(persona, "chain", f"seq {event.seq}: body unreadable: {exc}",
+                                    event.day, event.seq))
+            continue
+        if not isinstance(payload, FileWritePayload):
+            continue
+        if payload.blob not in checked:
+            try:
+                data = worlds.store.blob(payload.blob)
+                checked[payload.blob] = None if digest(data) == payload.blob else "was modified"
+            except NotFoundError:
+                checked[payload.blob] = "is missing"
+        what = checked[payload.blob]
+        if what:
+            day, index = where(event)  # type: ignore[operator]
+            problems.append(Problem(persona, "blob", f"blob {payload.blob} (file "
+                                    f"{payload.path!r} of {persona}@{day} event #{index}) {what}",
+                                    day, event.seq, index, file=payload.path))
+            checked[payload.blob] = None  # report each blob once
+
+
+def _rederive(worlds: Worlds, persona: str, records: list[DayRecord],
+              events: list[StoredEvent], problems: list,  # type: ignore[type-arg]
+              progress: Progress | None) -> None:
+    from replay.engine import DayResult, Problem
+
+    by_day = {r.day: r for r in records}
+    scratch = worlds.cache.scratch()
+    root = scratch / "world"
+    root.mkdir()
+    try:
+        for built in build_days(root, iter(events), worlds.store.blob):
+            rec = by_day[built.day]
+            ok = built.world_hash == rec.world_hash
+            if progress:
+                progress(DayResult(persona, built.day, built.n_events, built.world_hash,
+                                   built.seconds, "verified" if ok else "mismatch",
+                                   rec.world_hash))
+            if not ok:
+                problems.append(_divergence(persona, rec, built.manifest, built.world_hash,
+                                            events))
+                return
+    except ApplyError as exc:
+        problems.append(Problem(persona, "hash", str(exc), exc.day, None, exc.index))
+    except WorldError as exc:
+        problems.append(Problem(persona, "hash", f"replay failed: {exc}"))
+    finally:
+        from replay.files import remove_tree
+
+        remove_tree(scratch)
+
+
+def _divergence(persona: str, rec: DayRecord, got: Manifest, got_hash: str,
+                events: list[StoredEvent]) -> object:
+    from replay.engine import Problem, touched_by
+
+    recorded = decode_manifest(rec.manifest)
+    service, table, file = _first_difference(recorded, got)
+    day_events = events[rec.first_seq: rec.last_seq + 1]
+    index = next((i for i, e in enumerate(day_events)
+                  if touched_by(e.payload, table, file, service)), None)
+    thing = f"file {file!r}" if file else f"table {service}.{table}" if table else (
+        f"service {service!r}" if service else "the manifest")
+    at = f", first written by event #{index} (seq {rec.first_seq + index})" \
+        if index is not None else ""
+    return Problem(persona, "hash", f"{persona}@{rec.day}: replay gives world hash {got_hash}, "
+                   f"the store recorded {rec.world_hash}; first difference in {thing}{at}",
+                   rec.day, rec.first_seq + index if index is not None else None, index,
+                   table=f"{service}.{table}" if table else None, file=file)
+
+
+def _first_difference(a: Manifest, b: Manifest) -> tuple[str | None, str | None, str | None]:
+    for service in sorted(set(a.services) | set(b.services)):
+        sa, sb = a.services.get(service), b.services.get(service)
+        if sa == sb:
+            continue
+        if sa is None or sb is None:
+            return service, None, None
+        for table in sorted(set(sa.tables) | set(sb.tables)):
+            if sa.tables.get(table) != sb.tables.get(table):
+                return service, table, None
+        return service, None, None
+    for path in sorted(set(a.files) | set(b.files)):
+        if a.files.get(path) != b.files.get(path):
+            return None, None, path
+    return None, None, None

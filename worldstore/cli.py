@@ -1,0 +1,327 @@
+"""worldctl: the command line. Each command opens the store, makes one library call and
+renders the result; library errors become one clear line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from replay.diff import WorldDiff
+from replay.engine import DayResult, VerifyReport, Worlds
+from replay.hashing import world_manifest
+from worldstore.errors import WorldError
+from worldstore.open import DEFAULT_STORE
+
+F = TypeVar("F", bound=Callable[..., Any])
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+def _fail_cleanly(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except WorldError as exc:
+            err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            sys.exit(2)
+    return wrapper  # type: ignore[return-value]
+
+
+def _worlds(ctx: click.Context) -> Worlds:
+    obj = ctx.ensure_object(dict)
+    if "worlds" not in obj:
+        obj["worlds"] = Worlds.open(obj["store"], obj["cache"])
+        ctx.call_on_close(obj["worlds"].close)
+    worlds: Worlds = obj["worlds"]
+    return worlds
+
+
+def _json(data: Any) -> None:
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n")
+
+
+def _progress(label: str, total: int | None) -> Progress:
+    return Progress(TextColumn(label), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err, transient=True,
+                    disable=not err.is_terminal)
+
+
+@click.group()
+@click.option("--store", envvar="WORLDCTL_STORE", default=DEFAULT_STORE, show_default=True,
+              help="Store directory (embedded SQLite) or postgresql:// URL.")
+@click.option("--cache", envvar="WORLDCTL_CACHE", default=None,
+              help="Snapshot cache directory (default: <store>/cache, or ./.worldctl-cache "
+                   "for a PostgreSQL store).")
+@click.version_option(package_name="agent-worlds")
+@click.pass_context
+def cli(ctx: click.Context, store: str, cache: str | None) -> None:
+    """Build, store, replay, verify and inspect persona worlds."""
+    ctx.ensure_object(dict).update(store=store, cache=cache)
+
+
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False,
+                                                                    path_type=Path))
+@click.pass_context
+@_fail_cleanly
+def import_cmd(ctx: click.Context, files: tuple[Path, ...]) -> None:
+    """Append the persona-days of interchange FILES (JSON Lines).
+
+    Each file is validated as a whole first; a file with a bad line or a day that fails
+    to apply stores nothing. Days already stored with identical events are skipped.
+    """
+    worlds = _worlds(ctx)
+    for path in files:
+        with _progress(f"import {path.name}", None) as bar:
+            task = bar.add_task("days", total=None)
+            results = worlds.import_file(path, progress=lambda _r: bar.advance(task))
+        _day_table(f"{path}", results, show_recorded=False)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+@_fail_cleanly
+def personas(ctx: click.Context, as_json: bool) -> None:
+    """Personas with their number of days and latest world hash."""
+    rows = _worlds(ctx).store.personas()
+    if as_json:
+        _json([msgspec.structs.asdict(r) for r in rows])
+        return
+    table = Table("persona", "days", "last day", "events", "last ts", "latest world hash")
+    for r in rows:
+        table.add_row(r.persona, str(r.n_days), str(r.last_day), str(r.last_seq + 1),
+                      r.last_ts, r.world_hash)
+    out.print(table)
+
+
+@cli.command()
+@click.argument("persona")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@_fail_cleanly
+def replay(ctx: click.Context, persona: str, as_json: bool) -> None:
+    """Re-apply PERSONA's whole log from nothing; show each day's hash and time.
+
+    Exits 1 if any day's hash differs from the recorded one.
+    """
+    worlds = _worlds(ctx)
+    n_days = len(worlds.store.days(persona))
+    with _progress(f"replay {persona}", n_days) as bar:
+        task = bar.add_task("days", total=n_days)
+        results = worlds.replay(persona, progress=lambda _r: bar.advance(task))
+    if as_json:
+        _json([_result_dict(r) for r in results])
+    else:
+        _day_table(f"replay {persona}", results, show_recorded=True)
+    if any(r.status == "mismatch" for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("personas", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Verify every persona (the default).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@_fail_cleanly
+def verify(ctx: click.Context, personas: tuple[str, ...], all_: bool, as_json: bool) -> None:
+    """Re-derive every day from the log and check chain, blobs, hashes and cache.
+
+    Exits 1 and names the first divergent persona, day, event and table or file on any
+    mismatch.
+    """
+    worlds = _worlds(ctx)
+    names = [] if all_ else list(personas)
+    total = sum(len(worlds.store.days(p)) for p in names) if names else sum(
+        s.n_days for s in worlds.store.personas())
+    with _progress("verify", total) as bar:
+        task = bar.add_task("days", total=total)
+        report = worlds.verify(names or None, progress=lambda _r: bar.advance(task))
+    if as_json:
+        _json({"ok": report.ok, "personas": report.personas, "days": report.days,
+               "events": report.events, "cache_entries": report.cache_entries,
+               "problems": [p.as_dict() for p in report.problems]})
+    else:
+        _print_report(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("ref")
+@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+@_fail_cleanly
+def checkout(ctx: click.Context, ref: str, dest: Path) -> None:
+    """Write the world REF (persona@day, persona, or a world hash) into DEST."""
+    record = _worlds(ctx).checkout(ref, dest)
+    out.print(f"{record.persona}@{record.day} -> {dest}  (world hash {record.world_hash})")
+    out.print(f"  open with: sqlite3 {dest}/services/<service>.sqlite ; files in "
+              f"{dest}/workspace/")
+
+
+@cli.command("hash")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+@_fail_cleanly
+def hash_cmd(directory: Path, as_json: bool) -> None:
+    """Print the world hash of a checked-out DIRECTORY (last line of output)."""
+    manifest = world_manifest(directory)
+    if as_json:
+        _json({"world_hash": manifest.world_hash(), "manifest": manifest})
+        return
+    for name, svc in manifest.services.items():
+        rows = sum(t.rows for t in svc.tables.values())
+        out.print(f"service {name}: {len(svc.tables)} tables, {rows} rows")
+    out.print(f"workspace: {len(manifest.files)} files")
+    out.print(manifest.world_hash())
+
+
+@cli.command()
+@click.argument("ref_a")
+@click.argument("ref_b")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--max-rows", default=20, show_default=True,
+              help="Rows shown per table in plain output.")
+@click.pass_context
+@_fail_cleanly
+def diff(ctx: click.Context, ref_a: str, ref_b: str, as_json: bool, max_rows: int) -> None:
+    """Row-level and file-level changes from world REF_A to world REF_B."""
+    result = _worlds(ctx).diff(ref_a, ref_b)
+    if as_json:
+        _json(result)
+    else:
+        _print_diff(result, max_rows)
+
+
+@cli.command()
+@click.argument("persona")
+@click.option("--through-day", type=int, default=None, help="Stop after this day.")
+@click.pass_context
+@_fail_cleanly
+def export(ctx: click.Context, persona: str, through_day: int | None) -> None:
+    """Write PERSONA's log as interchange JSON Lines to stdout."""
+    _worlds(ctx).export(persona, sys.stdout.buffer, through_day=through_day)
+    sys.stdout.flush()
+
+
+@cli.command()
+@click.option("--day", default=5, show_default=True, help="Day to check out and diff.")
+@click.option("--checkout-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where to check the day out (default: a temporary directory).")
+@click.pass_context
+@_fail_cleanly
+def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
+    """The main job on the bundled demo world: import, replay, verify, checkout, diff."""
+    worlds = _worlds(ctx)
+    source = resources.files("worldstore") / "data" / "demo" / "lars.jsonl"
+    with resources.as_file(source) as demo_file:
+        _step(f"worldctl import {demo_file}")
+        _day_table("import", worlds.import_file(demo_file), show_recorded=False)
+    _step("worldctl personas")
+    ctx.invoke(personas, as_json=False)
+    _step("worldctl replay lars")
+    results = worlds.replay("lars")
+    _day_table("replay lars", results, show_recorded=True)
+    _step("worldctl verify --all")
+    report = worlds.verify()
+    _print_report(report)
+    target = checkout_dir or Path(tempfile.mkdtemp(prefix="lars-day")) / f"lars{day}"
+    _step(f"worldctl checkout lars@{day} {target}")
+    record = worlds.checkout(f"lars@{day}", target)
+    out.print(f"checked out lars@{day} -> {target}")
+    _step(f"worldctl hash {target}")
+    out.print(f"{world_manifest(target).world_hash()}  (recorded: {record.world_hash})")
+    _step(f"worldctl diff lars@{day - 1} lars@{day}")
+    _print_diff(worlds.diff(f"lars@{day - 1}", f"lars@{day}"), 8)
+    if not report.ok or any(r.status != "replayed" for r in results):
+        sys.exit(1)
+
+
+# --- rendering ------------------------------------------------------------------------
+
+
+def _step(command: str) -> None:
+    out.print(f"\n[bold cyan]$ {command}[/bold cyan]", markup=True)
+
+
+def _result_dict(r: DayResult) -> dict[str, Any]:
+    return {"persona": r.persona, "day": r.day, "events": r.n_events,
+            "world_hash": r.world_hash, "recorded_hash": r.recorded_hash,
+            "seconds": round(r.seconds, 6), "status": r.status}
+
+
+def _day_table(title: str, results: list[DayResult], *, show_recorded: bool) -> None:
+    table = Table("persona", "day", "events", "world hash", "time (ms)", "status", title=title)
+    for r in results:
+        status = r.status
+        if show_recorded and r.status == "mismatch":
+            status = f"[red]MISMATCH (recorded {r.recorded_hash})[/red]"
+        table.add_row(r.persona, str(r.day), str(r.n_events), r.world_hash,
+                      f"{r.seconds * 1000:.1f}", status)
+    out.print(table)
+
+
+def _print_report(report: VerifyReport) -> None:
+    summary = (f"{report.personas} personas, {report.days} days, {report.events} events, "
+               f"{report.cache_entries} cached snapshots checked")
+    if report.ok:
+        out.print(f"[green]verify OK[/green]: {summary}", markup=True)
+        return
+    out.print(f"[red]verify FAILED[/red]: {summary}; {len(report.problems)} problems",
+              markup=True)
+    for p in report.problems:
+        out.print(f"  [{p.kind}] {p.message}", markup=False)
+
+
+def _print_diff(d: WorldDiff, max_rows: int) -> None:
+    out.print(f"{d.before} -> {d.after}")
+    if d.empty:
+        out.print("no changes")
+    for s in d.services_added:
+        out.print(f"+ service {s}")
+    for s in d.services_removed:
+        out.print(f"- service {s}")
+    for t in d.tables:
+        out.print(f"table {t.service}.{t.table} ({t.change}): +{t.added} -{t.removed} "
+                  f"~{t.changed}", markup=False)
+        for row in t.rows[:max_rows]:
+            mark = {"added": "+", "removed": "-", "changed": "~"}[row.change]
+            if row.change == "changed" and row.before is not None and row.after is not None:
+                cols = ", ".join(f"{c}: {row.before.get(c)!r} -> {row.after.get(c)!r}"
+                                 for c in row.columns or [])
+                out.print(f"  {mark} {row.key}  {cols}", markup=False)
+            else:
+                out.print(f"  {mark} {row.after if row.change == 'added' else row.before}",
+                          markup=False)
+        hidden = len(t.rows) - max_rows + (1 if t.truncated else 0)
+        if hidden > 0:
+            out.print(f"  ... more rows (use --json or --max-rows)")
+    for f in d.files:
+        sizes = f"{f.size_before if f.size_before is not None else '-'} -> " \
+                f"{f.size_after if f.size_after is not None else '-'} bytes"
+        out.print(f"file {f.path} ({f.change}, {sizes})", markup=False)
+        for line in f.text_diff or []:
+            out.print(f"    {line}", markup=False)
+
+
+def main() -> None:
+    os.environ.setdefault("COLUMNS", "200")
+    cli(prog_name="worldctl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Rules for names and workspace paths, shared by import, replay and checkout."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from worldstore.errors import PathError
+
+PERSONA_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+SERVICE_RE = re.compile(r"[a-z][a-z0-9_]*")
+TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+MAX_NAME = 64
+MAX_PATH = 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def is_persona(name: str) -> bool:
+    return len(name) <= MAX_NAME and PERSONA_RE.fullmatch(name) is not None
+
+
+def is_service(name: str) -> bool:
+    return len(name) <= MAX_NAME and SERVICE_RE.fullmatch(name) is not None
+
+
+def ts_problem(ts: str) -> str | None:
+    """Why `ts` is not an ISO 8601 UTC timestamp ending in Z, or None when it is."""
+    if TS_RE.fullmatch(ts) is None:
+        return f"timestamp {ts!r} is not ISO 8601 UTC like 2026-03-02T08:00:00Z"
+    try:
+        datetime.fromisoformat(ts[:-1])
+    except ValueError as exc:
+        return f"timestamp {ts!r} is not a real date and time: {exc}"
+    return None
+
+
+def ts_millis(ts: str) -> int:
+    """Milliseconds since the Unix epoch of a validated timestamp (no clock involved)."""
+    moment = datetime.fromisoformat(ts[:-1]).replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def check_relpath(path: str) -> str:
+    """Return `path` if it is a clean relative workspace path, else raise PathError."""
+    if not path:
+        raise PathError("empty path")
+    if len(path) > MAX_PATH:
+        raise PathError(f"path longer than {MAX_PATH} characters: {path[:40]!r}...")
+    if "\x00" in path or "\\" in path:
+        raise PathError(f"path {path!r} contains a NUL byte or a backslash")
+    if path.startswith("/"):
+        raise PathError(f"path {path!r} is absolute; paths are relative to the workspace")
+    parts = path.split("/")
+    if ".." in parts:
+        raise PathError(f"path {path!r} contains '..' and could leave the workspace")
+    if any(p in ("", ".") for p in parts):
+        raise PathError(f"path {path!r} has an empty or '.' segment; write it normalised")
+    return path

@@ -1,0 +1,252 @@
+"""The SQLAlchemy event store: SQLite (embedded default) and PostgreSQL, one code path.
+
+The database enforces append-only order: the primary key (persona, seq) of ``events`` and
+(persona, day) of ``days`` turn a racing append into an integrity error, and the guarded
+update of ``personas`` (WHERE last_seq = expected) turns it into a ConflictError before
+that. Driver errors are translated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from worldstore.errors import ConflictError, DayOrderError, NotFoundError, StoreError
+from worldstore.events import StoredEvent
+from worldstore.schema import blobs, days, events, metadata, personas
+from worldstore.store import DayRecord, EventStore, NewDay, PersonaSummary
+
+WRITE_OPTION = "worldstore_write"
+EVENT_PAGE = 5000
+_EVENT_COLUMNS = (
+    events.c.persona, events.c.seq, events.c.day, events.c.ts, events.c.prev,
+    events.c.event_id, events.c.schema_version, events.c.body,
+)
+
+
+def _sqlite_engine(path: Path) -> Engine:
+    engine = sa.create_engine(f"sqlite:///{path}", connect_args={"timeout": 60})
+
+    @sa_event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+    @sa_event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front (IMMEDIATE), so two appenders queue instead
+        # of deadlocking on a lock upgrade; readers use WAL snapshots and never wait.
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def create_engine_for(url: str) -> Engine:
+    if url.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+        if url.startswith("postgres://"):
+            url = "postgresql://" + url[len("postgres://"):]
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        return sa.create_engine(url, pool_pre_ping=True)
+    return _sqlite_engine(Path(url))
+
+
+class SqlEventStore(EventStore):
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.writer = engine.execution_options(**{WRITE_OPTION: True})
+        self.url = url
+        self._is_pg = engine.dialect.name == "postgresql"
+
+    # --- writes ---------------------------------------------------------------------
+
+    def append_day(self, new: NewDay, *, expected_last_seq: int) -> None:
+        rec = new.record
+        if rec.first_seq != expected_last_seq + 1:
+            raise StoreError(
+                f"{rec.persona}@{rec.day}: first_seq {rec.first_seq} does not follow "
+                f"expected_last_seq {expected_last_seq}"
+            )
+        try:
+            with self.writer.begin() as conn:
+                self._claim_stream(conn, new, expected_last_seq)
+                self._insert_blobs(conn, new.blobs)
+                conn.execute(events.insert(), [_event_row(e) for e in new.events])
+                conn.execute(days.insert(), [_day_row(rec)])
+        except sa.exc.IntegrityError as exc:
+            raise ConflictError(
+                f"{rec.persona}@{rec.day}: another writer appended to persona "
+                f"{rec.persona!r} at the same time; nothing was written ({exc.orig})"
+            ) from None
+        except sa.exc.OperationalError as exc:
+            raise StoreError(f"{rec.persona}@{rec.day}: store error, nothing written: "
+                             f"{exc.orig}") from None
+
+    def _claim_stream(self, conn: Connection, new: NewDay, expected_last_seq: int) -> None:
+        rec = new.record
+        current = conn.execute(
+            sa.select(personas).where(personas.c.persona == rec.persona)
+            .with_for_update() if self._is_pg else
+            sa.select(personas).where(personas.c.persona == rec.persona)
+        ).mappings().first()
+        if current is not None and rec.day <= current["last_day"]:
+            exists = conn.execute(
+                sa.select(days.c.day).where(days.c.persona == rec.persona, days.c.day == rec.day)
+            ).first()
+            what = "already exists" if exists else f"is not after the last day {current['last_day']}"
+            raise DayOrderError(f"{rec.persona}@{rec.day} {what}; days are append-only")
+        values = dict(
+            last_day=rec.day, last_seq=rec.last_seq, last_ts=rec.last_ts, head=rec.head,
+            world_hash=rec.world_hash,
+        )
+        if current is None:
+            if expected_last_seq != -1:
+                raise ConflictError(f"persona {rec.persona!r} does not exist any more")
+            conn.execute(personas.insert().values(
+                persona=rec.persona, first_day=rec.day, n_days=1, **values))
+            return
+        if current["last_seq"] != expected_last_seq:
+            raise ConflictError(
+                f"{rec.persona}@{rec.day}: persona {rec.persona!r} ends at seq "
+                f"{current['last_seq']}, not {expected_last_seq}: another writer appended "
+                "first; nothing was written"
+            )
+        result = conn.execute(
+            personas.update()
+            .where(personas.c.persona == rec.persona, personas.c.last_seq == expected_last_seq)
+            .values(n_days=personas.c.n_days + 1, **values)
+        )
+        if result.rowcount != 1:
+            raise ConflictError(f"{rec.persona}@{rec.day}: lost a race on persona "
+                                f"{rec.persona!r}; nothing was written")
+
+    def _insert_blobs(self, conn: Connection, items: dict[str, bytes]) -> None:
+        if not items:
+            return
+        rows = [{"digest": d, "size": len(b), "data": b} for d, b in sorted(items.items())]
+        insert = postgresql.insert(blobs) if self._is_pg else sqlite.insert(blobs)
+        conn.execute(insert.on_conflict_do_nothing(index_elements=["digest"]), rows)
+
+    # --- reads ----------------------------------------------------------------------
+
+    def personas(self) -> list[PersonaSummary]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(personas).order_by(personas.c.persona)).mappings()
+            return [_summary(r) for r in rows]
+
+    def persona(self, persona: str) -> PersonaSummary | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(personas).where(personas.c.persona == persona)
+            ).mappings().first()
+            return _summary(row) if row else None
+
+    def days(self, persona: str) -> list[DayRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(days).where(days.c.persona == persona).order_by(days.c.day)
+            ).mappings()
+            return [_day_record(r) for r in rows]
+
+    def day(self, persona: str, day: int) -> DayRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(days).where(days.c.persona == persona, days.c.day == day)
+            ).mappings().first()
+        if row is None:
+            raise NotFoundError(f"{persona}@{day}: no such persona-day in {self.url}")
+        return _day_record(row)
+
+    def days_with_hash(self, world_hash: str) -> list[DayRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(days).where(days.c.world_hash == world_hash)
+                .order_by(days.c.persona, days.c.day)
+            ).mappings()
+            return [_day_record(r) for r in rows]
+
+    def events(self, persona: str, first_seq: int = 0,
+               last_seq: int | None = None) -> Iterator[StoredEvent]:
+        # Paged by seq so a long stream is never held in memory or in one transaction.
+        next_seq = first_seq
+        while True:
+            query = sa.select(*_EVENT_COLUMNS).where(
+                events.c.persona == persona, events.c.seq >= next_seq
+            ).order_by(events.c.seq).limit(EVENT_PAGE)
+            if last_seq is not None:
+                query = query.where(events.c.seq <= last_seq)
+            with self.engine.connect() as conn:
+                rows = conn.execute(query).all()
+            for r in rows:
+                yield StoredEvent(
+                    persona=r[0], seq=r[1], day=r[2], ts=r[3], prev=r[4], event_id=r[5],
+                    schema_version=r[6], body=bytes(r[7]),
+                )
+            if len(rows) < EVENT_PAGE:
+                return
+            next_seq = rows[-1][1] + 1
+
+    def blob(self, digest: str) -> bytes:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(blobs.c.data).where(blobs.c.digest == digest)).first()
+        if row is None:
+            raise NotFoundError(f"blob {digest} is not in the store {self.url}")
+        return bytes(row[0])
+
+    def missing_blobs(self, digests: Iterable[str]) -> set[str]:
+        wanted = set(digests)
+        if not wanted:
+            return set()
+        with self.engine.connect() as conn:
+            found = {
+                r[0] for r in conn.execute(
+                    sa.select(blobs.c.digest).where(blobs.c.digest.in_(sorted(wanted)))
+                )
+            }
+        return wanted - found
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _event_row(e: StoredEvent) -> dict[str, Any]:
+    return {
+        "persona": e.persona, "seq": e.seq, "day": e.day, "ts": e.ts, "prev": e.prev,
+        "event_id": e.event_id, "schema_version": e.schema_version, "body": e.body,
+    }
+
+
+def _day_row(r: DayRecord) -> dict[str, Any]:
+    return {
+        "persona": r.persona, "day": r.day, "first_seq": r.first_seq, "last_seq": r.last_seq,
+        "first_ts": r.first_ts, "last_ts": r.last_ts, "head": r.head,
+        "world_hash": r.world_hash, "manifest": r.manifest,
+    }
+
+
+def _day_record(row: Any) -> DayRecord:
+    return DayRecord(
+        persona=row["persona"], day=row["day"], first_seq=row["first_seq"],
+        last_seq=row["last_seq"], first_ts=row["first_ts"], last_ts=row["last_ts"],
+        head=row["head"], world_hash=row["world_hash"], manifest=bytes(row["manifest"]),
+    )
+
+
+def _summary(row: Any) -> PersonaSummary:
+    return PersonaSummary(
+        persona=row["persona"], n_days=row["n_days"], first_day=row["first_day"],
+        last_day=row["last_day"], last_seq=row["last_seq"], last_ts=row["last_ts"],
+        head=row["head"], world_hash=row["world_hash"],
+    )
+
+
+__all__ = ["SqlEventStore", "create_engine_for", "metadata"]

@@ -1,0 +1,108 @@
+"""The event-store contract: records, the store interface and its guarantees. No SQL here.
+
+Guarantees every implementation keeps (tests/test_store_contract.py checks them on each):
+
+* ``append_day`` is atomic: the day's events, blobs and day record are all stored, or
+  none of them is.
+* Streams are append-only and dense: a persona's events have ``seq`` 0, 1, 2, ... and a
+  day is only accepted after the persona's last day.
+* Optimistic concurrency: ``append_day`` names the ``seq`` it expects the persona to end
+  at; if another writer got there first it raises ConflictError and writes nothing.
+* Blobs are content-addressed: storing the same bytes twice keeps one copy.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from worldstore.events import StoredEvent
+
+
+class DayRecord(msgspec.Struct, frozen=True, kw_only=True):
+    persona: str
+    day: int
+    first_seq: int
+    last_seq: int
+    first_ts: str
+    last_ts: str
+    head: str  # event_id of the day's last event: the chain's head after this day
+    world_hash: str
+    manifest: bytes  # replay.hashing.Manifest as JSON: per-table and per-file digests
+
+    @property
+    def n_events(self) -> int:
+        return self.last_seq - self.first_seq + 1
+
+
+class PersonaSummary(msgspec.Struct, frozen=True, kw_only=True):
+    persona: str
+    n_days: int
+    first_day: int
+    last_day: int
+    last_seq: int
+    last_ts: str
+    head: str
+    world_hash: str
+
+
+class NewDay(msgspec.Struct, frozen=True, kw_only=True):
+    record: DayRecord
+    events: list[StoredEvent]
+    blobs: dict[str, bytes]
+
+
+class EventStore(abc.ABC):
+    """Where persona-day event logs and their blobs live."""
+
+    url: str
+
+    @abc.abstractmethod
+    def append_day(self, new: NewDay, *, expected_last_seq: int) -> None:
+        """Store one whole persona-day atomically.
+
+        `expected_last_seq` is the persona's last seq the caller built on (-1 for a new
+        persona). Raises ConflictError if the stream moved, DayOrderError if the day is
+        not after the persona's last day.
+        """
+
+    @abc.abstractmethod
+    def personas(self) -> list[PersonaSummary]:
+        """Every persona, sorted by name."""
+
+    @abc.abstractmethod
+    def persona(self, persona: str) -> PersonaSummary | None: ...
+
+    @abc.abstractmethod
+    def days(self, persona: str) -> list[DayRecord]:
+        """The persona's days in order (empty for an unknown persona)."""
+
+    @abc.abstractmethod
+    def day(self, persona: str, day: int) -> DayRecord:
+        """One day's record; NotFoundError if absent."""
+
+    @abc.abstractmethod
+    def days_with_hash(self, world_hash: str) -> list[DayRecord]: ...
+
+    @abc.abstractmethod
+    def events(self, persona: str, first_seq: int = 0,
+               last_seq: int | None = None) -> Iterator[StoredEvent]:
+        """The persona's events with first_seq <= seq <= last_seq, in seq order."""
+
+    @abc.abstractmethod
+    def blob(self, digest: str) -> bytes:
+        """Blob bytes; NotFoundError if absent. The bytes are returned as stored."""
+
+    @abc.abstractmethod
+    def missing_blobs(self, digests: Iterable[str]) -> set[str]: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
