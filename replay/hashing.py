@@ -70,14 +70,14 @@ class TableInfo:
 
 def _table_infos(conn: apsw.Connection) -> list[TableInfo]:
     infos = []
-    rows = conn.execute(
+    rows: list[tuple[Any, ...]] = conn.execute(
         "SELECT name, type FROM pragma_table_list WHERE schema = 'main' "
         "AND type IN ('table', 'virtual') ORDER BY name"
     ).fetchall()
     for name, kind in rows:
         if name.startswith("sqlite_") and name not in ("sqlite_sequence", "sqlite_stat1"):
             continue
-        cols = conn.execute(
+        cols: list[tuple[Any, ...]] = conn.execute(
             "SELECT name, pk, hidden FROM pragma_table_xinfo(?) ORDER BY cid", (name,)
         ).fetchall()
         visible = [c[0] for c in cols if c[2] == 0]
@@ -89,9 +89,8 @@ def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str) -> 
     if kind == "virtual":
         return "rowid"
     pk = sorted((c for c in cols if c[1] > 0), key=lambda c: c[1])
-    without_rowid = conn.execute(
-        "SELECT wr FROM pragma_table_list WHERE schema='main' AND name=?", (table,)
-    ).fetchone()[0]
+    without_rowid = _scalar(conn, "SELECT wr FROM pragma_table_list WHERE schema='main' "
+                            "AND name=?", (table,))
     integer_pk = len(pk) == 1 and not without_rowid and _is_rowid_alias(conn, table, pk[0][0])
     if integer_pk or (pk and without_rowid):
         # Unique and NOT NULL: primary-key order is a total order on the rows.
@@ -103,10 +102,14 @@ def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str) -> 
 
 
 def _is_rowid_alias(conn: apsw.Connection, table: str, column: str) -> bool:
-    decl = conn.execute(
-        "SELECT type FROM pragma_table_xinfo(?) WHERE name = ?", (table, column)
-    ).fetchone()
-    return bool(decl) and str(decl[0]).upper() == "INTEGER"
+    decl = _scalar(conn, "SELECT type FROM pragma_table_xinfo(?) WHERE name = ?",
+                   (table, column))
+    return str(decl).upper() == "INTEGER"
+
+
+def _scalar(conn: apsw.Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else row[0]
 
 
 def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
@@ -124,8 +127,8 @@ def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
 
 def service_manifest(path: Path) -> ServiceManifest:
     with open_readonly(path) as conn:
-        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        user_version = int(_scalar(conn, "PRAGMA user_version"))
+        application_id = int(_scalar(conn, "PRAGMA application_id"))
         schema = [
             (t, n, tb, sql)
             for t, n, tb, sql in conn.execute(

@@ -43,7 +43,7 @@ class _ThreadClock(threading.local):
 _STATE = _ThreadClock()
 
 
-class _FrozenVFS(apsw.VFS):  # type: ignore[misc]
+class _FrozenVFS(apsw.VFS):
     def __init__(self) -> None:
         super().__init__(FROZEN_VFS, "")
 
@@ -121,8 +121,8 @@ def open_event_db(path: Path) -> apsw.Connection:
     conn = apsw.Connection(
         str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=FROZEN_VFS
     )
-    conn.create_scalar_function("random", _random, 0)
-    conn.create_scalar_function("randomblob", _randomblob, 1)
+    conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
+    conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]
     conn.authorizer = _authorizer
     conn.setbusytimeout(5000)
     return conn

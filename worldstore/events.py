@@ -37,19 +37,19 @@ class _Wire(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=Tru
     ts: str
 
 
-class SqlLine(_Wire, tag="sql"):
+class SqlLine(_Wire, tag="sql", frozen=True):
     service: str
     sql: str
     params: Params | None = None
 
 
-class FileWriteLine(_Wire, tag="file_write"):
+class FileWriteLine(_Wire, tag="file_write", frozen=True):
     path: str
     text: str | None = None
     base64: str | None = None
 
 
-class FileDeleteLine(_Wire, tag="file_delete"):
+class FileDeleteLine(_Wire, tag="file_delete", frozen=True):
     path: str
 
 
@@ -65,13 +65,13 @@ class _Payload(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=
     pass
 
 
-class SqlPayload(_Payload, tag="sql"):
+class SqlPayload(_Payload, tag="sql", frozen=True):
     service: str
     sql: str
     params: Params | None = None
 
 
-class FileWritePayload(_Payload, tag="file_write"):
+class FileWritePayload(_Payload, tag="file_write", frozen=True):
     path: str
     blob: str
     size: int
@@ -79,7 +79,7 @@ class FileWritePayload(_Payload, tag="file_write"):
     encoding: Literal["text", "base64"]
 
 
-class FileDeletePayload(_Payload, tag="file_delete"):
+class FileDeletePayload(_Payload, tag="file_delete", frozen=True):
     path: str
 
 
@@ -167,4 +167,5 @@ def decode_payload(body: bytes, schema_version: int) -> Payload:
     if schema_version == SCHEMA_VERSION:
         return _PAYLOAD_DECODER.decode(body)
     raw = upcast(msgspec.json.decode(body), schema_version)
-    return msgspec.convert(raw, Payload)
+    payload: Payload = msgspec.convert(raw, Payload)
+    return payload

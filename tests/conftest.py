@@ -1,0 +1,73 @@
+"""Shared fixtures: real SQLite stores in tmp dirs and real PostgreSQL databases.
+
+PostgreSQL comes from WORLDCTL_TEST_PG_URL (.ci/run starts a server and sets it). With
+CI=true and no server configured, PostgreSQL tests fail instead of skipping, so CI can
+never silently drop half of the store-contract suite.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+DEMO_JSONL = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+_DB_COUNTER = itertools.count()
+
+
+def _admin_url() -> str | None:
+    url = os.environ.get("WORLDCTL_TEST_PG_URL")
+    if url:
+        return url
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("CI=true but WORLDCTL_TEST_PG_URL is not set: the PostgreSQL half of the "
+                    "store tests must run in CI (.ci/run starts a server)")
+    pytest.skip("no PostgreSQL configured (set WORLDCTL_TEST_PG_URL)")
+    return None
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test; dropped afterwards."""
+    admin = _admin_url()
+    assert admin is not None
+    name = f"aw_test_{os.getpid()}_{next(_DB_COUNTER)}"
+    engine = sa.create_engine(admin.replace("postgresql://", "postgresql+psycopg://", 1),
+                              isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    base = admin.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where a store lives: a directory (SQLite) or a fresh PostgreSQL database."""
+    if backend == "sqlite":
+        return str(tmp_path / "store")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def demo_jsonl() -> Path:
+    return DEMO_JSONL
