@@ -103,7 +103,7 @@ def require_sound(cache: SnapshotCache, world_hash: str) -> None:
 
 
 def _make_read_only(root: Path) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
             if not path.is_symlink():

@@ -37,6 +37,7 @@ from worldstore.events import (
     make_event,
 )
 from worldstore.interchange import DayBatch, export_line, read_days, to_payload
+from worldstore.names import ts_key
 from worldstore.open import default_cache_dir, open_event_store
 from worldstore.store import DayRecord, EventStore, NewDay
 
@@ -105,9 +106,9 @@ class Worlds:
         self.cache = cache
 
     @classmethod
-    def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None
-             ) -> Worlds:
-        store = open_event_store(location)
+    def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None,
+             *, create: bool = True) -> Worlds:
+        store = open_event_store(location, create=create)
         cache_root = Path(cache) if cache is not None else default_cache_dir(location)
         snapshot_cache = SnapshotCache(cache_root)
         snapshot_cache.clean_tmp()
@@ -188,7 +189,7 @@ class Worlds:
                         "append-only"
                     )
                 next_seq, prev, last_ts = tail[persona]
-            if last_ts is not None and batch.first_ts < last_ts:
+            if last_ts is not None and ts_key(batch.first_ts) < ts_key(last_ts):
                 raise InputError(
                     f"timestamp {batch.first_ts} of {persona}@{batch.day} is before the "
                     f"persona's stored last timestamp {last_ts}",

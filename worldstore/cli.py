@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from replay.diff import WorldDiff
@@ -40,10 +40,11 @@ def _fail_cleanly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _worlds(ctx: click.Context) -> Worlds:
+def _worlds(ctx: click.Context, *, create: bool = False) -> Worlds:
+    """The store named by --store; only commands that write may create it."""
     obj = ctx.ensure_object(dict)
     if "worlds" not in obj:
-        obj["worlds"] = Worlds.open(obj["store"], obj["cache"])
+        obj["worlds"] = Worlds.open(obj["store"], obj["cache"], create=create)
         ctx.call_on_close(obj["worlds"].close)
     worlds: Worlds = obj["worlds"]
     return worlds
@@ -83,11 +84,11 @@ def import_cmd(ctx: click.Context, files: tuple[Path, ...]) -> None:
     Each file is validated as a whole first; a file with a bad line or a day that fails
     to apply stores nothing. Days already stored with identical events are skipped.
     """
-    worlds = _worlds(ctx)
+    worlds = _worlds(ctx, create=True)
     for path in files:
         with _progress(f"import {path.name}", None) as bar:
             task = bar.add_task("days", total=None)
-            results = worlds.import_file(path, progress=lambda _r: bar.advance(task))
+            results = worlds.import_file(path, progress=functools.partial(_advance, bar, task))
         _day_table(f"{path}", results, show_recorded=False)
 
 
@@ -226,7 +227,7 @@ def export(ctx: click.Context, persona: str, through_day: int | None) -> None:
 @_fail_cleanly
 def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
     """The main job on the bundled demo world: import, replay, verify, checkout, diff."""
-    worlds = _worlds(ctx)
+    worlds = _worlds(ctx, create=True)
     source = resources.files("worldstore") / "data" / "demo" / "lars.jsonl"
     with resources.as_file(source) as demo_file:
         _step(f"worldctl import {demo_file}")
@@ -254,8 +255,17 @@ def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
 # --- rendering ------------------------------------------------------------------------
 
 
+def _advance(bar: Progress, task: TaskID, _result: DayResult) -> None:
+    bar.advance(task)
+
+
 def _step(command: str) -> None:
     out.print(f"\n[bold cyan]$ {command}[/bold cyan]", markup=True)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _result_dict(r: DayResult) -> dict[str, Any]:
@@ -301,15 +311,16 @@ def _print_diff(d: WorldDiff, max_rows: int) -> None:
         for row in t.rows[:max_rows]:
             mark = {"added": "+", "removed": "-", "changed": "~"}[row.change]
             if row.change == "changed" and row.before is not None and row.after is not None:
-                cols = ", ".join(f"{c}: {row.before.get(c)!r} -> {row.after.get(c)!r}"
-                                 for c in row.columns or [])
+                cols = ", ".join(f"{c}: {_short(row.before.get(c))} -> "
+                                 f"{_short(row.after.get(c))}" for c in row.columns or [])
                 out.print(f"  {mark} {row.key}  {cols}", markup=False)
             else:
-                out.print(f"  {mark} {row.after if row.change == 'added' else row.before}",
-                          markup=False)
+                shown = row.after if row.change == "added" else row.before
+                cells = ", ".join(f"{k}={_short(v, 40)}" for k, v in (shown or {}).items())
+                out.print(f"  {mark} {cells}", markup=False)
         hidden = len(t.rows) - max_rows + (1 if t.truncated else 0)
         if hidden > 0:
-            out.print(f"  ... more rows (use --json or --max-rows)")
+            out.print("  ... more rows (use --json or --max-rows)")
     for f in d.files:
         sizes = f"{f.size_before if f.size_before is not None else '-'} -> " \
                 f"{f.size_after if f.size_after is not None else '-'} bytes"

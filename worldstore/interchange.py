@@ -29,7 +29,7 @@ from worldstore.events import (
     SqlLine,
     SqlPayload,
 )
-from worldstore.names import check_relpath, is_persona, is_service, ts_problem
+from worldstore.names import check_relpath, is_persona, is_service, ts_key, ts_problem
 from worldstore.sqlcheck import statement_count_problem
 
 _DECODER = msgspec.json.Decoder(Line)
@@ -147,7 +147,7 @@ def group_days(lines: Iterable[SourceLine], *, source: str) -> list[DayBatch]:
     for sl in lines:
         ev = sl.event
         prev_ts = last_ts.get(ev.persona)
-        if prev_ts is not None and ev.ts < prev_ts:
+        if prev_ts is not None and ts_key(ev.ts) < ts_key(prev_ts):
             raise InputError(
                 f"timestamp {ev.ts} is before {prev_ts} of an earlier line of persona "
                 f"{ev.persona!r}; timestamps never decrease within a persona",

@@ -34,6 +34,12 @@ def ts_problem(ts: str) -> str | None:
     return None
 
 
+def ts_key(ts: str) -> datetime:
+    """Sort key of a validated timestamp. Strings do not compare in time order once a
+    fraction is optional ('08:00:00.5Z' < '08:00:00Z' as text), so compare moments."""
+    return datetime.fromisoformat(ts[:-1])
+
+
 def ts_millis(ts: str) -> int:
     """Milliseconds since the Unix epoch of a validated timestamp (no clock involved)."""
     moment = datetime.fromisoformat(ts[:-1]).replace(tzinfo=UTC)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from worldstore.errors import StoreError
+from worldstore.errors import NotFoundError, StoreError
 from worldstore.migrate import migrate
 from worldstore.sqlstore import SqlEventStore, create_engine_for
 
@@ -24,7 +24,8 @@ def is_database_url(location: str) -> bool:
     return location.startswith(("postgresql://", "postgresql+psycopg://", "postgres://"))
 
 
-def open_event_store(location: str | os.PathLike[str]) -> SqlEventStore:
+def open_event_store(location: str | os.PathLike[str], *, create: bool = True) -> SqlEventStore:
+    """Open (and migrate) a store; with create=False a missing embedded store is an error."""
     location = str(location)
     if is_database_url(location):
         url = location
@@ -33,6 +34,8 @@ def open_event_store(location: str | os.PathLike[str]) -> SqlEventStore:
         root = Path(location)
         if root.exists() and not root.is_dir():
             raise StoreError(f"{root}: a store location must be a directory or a postgresql URL")
+        if not create and not (root / STORE_DB).is_file():
+            raise NotFoundError(f"no store at {root} (create one with `worldctl import FILE`)")
         root.mkdir(parents=True, exist_ok=True)
         url = str(root / STORE_DB)
         engine = create_engine_for(url)

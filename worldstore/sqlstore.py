@@ -102,7 +102,8 @@ class SqlEventStore(EventStore):
             exists = conn.execute(
                 sa.select(days.c.day).where(days.c.persona == rec.persona, days.c.day == rec.day)
             ).first()
-            what = "already exists" if exists else f"is not after the last day {current['last_day']}"
+            last_day = current["last_day"]
+            what = "already exists" if exists else f"is not after the last day {last_day}"
             raise DayOrderError(f"{rec.persona}@{rec.day} {what}; days are append-only")
         values = dict(
             last_day=rec.day, last_seq=rec.last_seq, last_ts=rec.last_ts, head=rec.head,
