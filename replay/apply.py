@@ -56,6 +56,9 @@ class WorldBuilder:
         if conn is None:
             conn = open_event_db(service_db(self.root, service))
             _unguarded(conn, "PRAGMA journal_mode=MEMORY")
+            # Worlds are built in scratch dirs and are rebuildable from the log; nothing
+            # relies on their durability (cache entries are copies), so skip the fsyncs.
+            _unguarded(conn, "PRAGMA synchronous=OFF")
             _unguarded(conn, "BEGIN")
             self._conns[service] = conn
         return conn
@@ -104,6 +107,10 @@ def _apply_sql(payload: SqlPayload, world: WorldBuilder) -> None:
         denied = take_denial()
         reason = denied or f"{type(exc).__name__}: {exc}"
         raise EventFailed(f"service {payload.service!r}: {reason}") from None
+    except KeyError as exc:  # apsw's lookup of a named parameter missing from `params`
+        raise EventFailed(
+            f"service {payload.service!r}: no value for named parameter {exc} in 'params'"
+        ) from None
 
 
 def _bindings(params: Params | None) -> Any:

@@ -22,6 +22,7 @@ from replay.materialize import BuiltDay, build_days
 from replay.mount import Mount
 from worldstore.errors import (
     ApplyError,
+    ConflictError,
     DayOrderError,
     InputError,
     IntegrityError,
@@ -104,6 +105,7 @@ class Worlds:
     def __init__(self, store: EventStore, cache: SnapshotCache) -> None:
         self.store = store
         self.cache = cache
+        self._sound: set[str] = set()  # cached snapshots re-hashed by this Worlds (mount)
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None,
@@ -154,11 +156,28 @@ class Worlds:
                 last_ts=plan.events[-1].ts, head=plan.events[-1].event_id,
                 world_hash=day.world_hash, manifest=encode_manifest(day.manifest),
             )
-            self.store.append_day(NewDay(record=record, events=plan.events, blobs=plan.blobs),
-                                  expected_last_seq=record.first_seq - 1)
+            try:
+                self.store.append_day(
+                    NewDay(record=record, events=plan.events, blobs=plan.blobs),
+                    expected_last_seq=record.first_seq - 1)
+            except (ConflictError, DayOrderError):
+                if not self._stored_identically(record):
+                    raise
+                # Another writer stored exactly this day first (the same file imported
+                # twice at once): the store already holds what we wanted.
+                results.append(DayResult(day.persona, day.day, day.n_events, day.world_hash,
+                                         day.seconds, "unchanged"))
+                continue
             results.append(DayResult(day.persona, day.day, day.n_events, day.world_hash,
                                      day.seconds, "imported"))
         return results
+
+    def _stored_identically(self, record: DayRecord) -> bool:
+        try:
+            stored = self.store.day(record.persona, record.day)
+        except NotFoundError:
+            return False
+        return (stored.head, stored.last_seq) == (record.head, record.last_seq)
 
     def _plan(self, batches: list[DayBatch]) -> list[_Planned]:
         """Turn batches into stored events, chained onto the store (or onto identical
@@ -242,7 +261,13 @@ class Worlds:
             root.mkdir(parents=True)
             return
         last = self.store.persona(persona)
-        assert last is not None and last.last_seq == first_seq - 1
+        if last is None or last.last_seq != first_seq - 1:
+            # Another writer appended to the persona after this import read it: the new
+            # days were planned on an older end of the stream. Refuse before writing.
+            raise ConflictError(
+                f"persona {persona!r} changed while this import was being prepared (another "
+                "writer appended to it); nothing was written; run the import again"
+            )
         copy_tree(self.snapshot(persona, last.last_day), root)
 
     # --- resolving and materializing -----------------------------------------------
@@ -332,6 +357,13 @@ class Worlds:
         """A writable, isolated, resettable instance of persona@day (or of a world hash)."""
         record = self.resolve(ref)
         snapshot = self.snapshot(record.persona, record.day)
+        if record.world_hash not in self._sound:
+            # Like checkout, never hand out a cache entry modified on disk: re-hash it once
+            # per Worlds (mounts are frequent) and rebuild it from the log if it is bad.
+            if self.cache.check(record.world_hash):
+                self.cache.evict(record.world_hash)
+                snapshot = self.snapshot(record.persona, record.day)
+            self._sound.add(record.world_hash)
         if dest is None:
             dest = self.cache.scratch()
         elif dest.exists() and any(dest.iterdir()):

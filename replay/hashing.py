@@ -98,7 +98,14 @@ def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str) -> 
     # No primary key, or one that admits NULLs: order by every column, byte-wise, so equal
     # rows in any insertion order come out the same.
     keys = [c[0] for c in pk] + [c[0] for c in cols if c[1] == 0 and c[2] == 0]
-    return ", ".join(f"{quote_ident(k)} COLLATE BINARY" for k in keys)
+    return ", ".join(_value_order(quote_ident(k)) for k in keys)
+
+
+def _value_order(column: str) -> str:
+    # SQL calls integer 1 and real 1.0 equal, and 0.0 and -0.0; such ties would come out
+    # in insertion order. typeof() and the sign of a zero (atan2(-0.0, -1) = -pi) break them,
+    # so rows that differ at all are ordered the same way whatever their history.
+    return f"{column} COLLATE BINARY, typeof({column}), atan2({column}, -1)"
 
 
 def _is_rowid_alias(conn: apsw.Connection, table: str, column: str) -> bool:

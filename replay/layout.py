@@ -60,6 +60,8 @@ def workspace_path(root: Path, relpath: str) -> Path:
     """
     check_relpath(relpath)
     base = root / WORKSPACE
+    if base.is_symlink():  # the workspace itself must not lead elsewhere either
+        raise PathError(f"the workspace {base} is a symlink; refused")
     current = base
     for part in relpath.split("/"):
         current = current / part

@@ -30,6 +30,7 @@ class Mount:
         self.manifest = manifest
         self.path = path
         self._stamps: dict[str, tuple[int, int, int]] = {}
+        self._files: list[tuple[str, Path]] | None = None
         self._closed = False
         self._copy_all()
 
@@ -96,7 +97,11 @@ class Mount:
             raise RuntimeError(f"instance {self.path} is closed")
 
     def _snapshot_files(self) -> list[tuple[str, Path]]:
-        return _walk(self.snapshot)
+        # A snapshot is a read-only cache entry named by its hash: walk it once, not on
+        # every reset.
+        if self._files is None:
+            self._files = _walk(self.snapshot)
+        return self._files
 
     def _copy_all(self) -> None:
         self._stamps.clear()

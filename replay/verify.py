@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from replay.hashing import Manifest, decode_manifest
+from replay.hashing import Manifest, decode_manifest, world_manifest
 from replay.materialize import build_days
 from worldstore.canonical import digest
 from worldstore.errors import ApplyError, NotFoundError, WorldError
@@ -70,10 +70,30 @@ def verify_persona(worlds: Worlds, persona: str, report: VerifyReport,
             report.cache_entries += 1
             problem = worlds.cache.check(rec.world_hash)
             if problem:
+                table, file = _cache_difference(worlds, rec)
                 problems.append(Problem(persona, "cache", f"{persona}@{rec.day}: {problem}; "
                                         "the entry was dropped and will be rebuilt from the log",
-                                        rec.day))
+                                        rec.day, table=table, file=file))
                 worlds.cache.evict(rec.world_hash)
+
+
+def _manifest_hash(rec: DayRecord) -> str | None:
+    try:
+        return decode_manifest(rec.manifest).world_hash()
+    except Exception:  # an unreadable manifest is as wrong as a modified one
+        return None
+
+
+def _cache_difference(worlds: Worlds, rec: DayRecord) -> tuple[str | None, str | None]:
+    """The first table ('service.table') or file where a cached world differs from its day."""
+    world = worlds.cache.get(rec.world_hash)
+    try:
+        assert world is not None
+        service, table, file = _first_difference(decode_manifest(rec.manifest),
+                                                 world_manifest(world))
+    except Exception:  # an entry too damaged to hash: the message says so
+        return None, None
+    return (f"{service}.{table}" if table else None), file
 
 
 def _day_index(records: list[DayRecord]) -> dict[int, DayRecord]:
@@ -96,13 +116,18 @@ def _check_days(persona: str, records: list[DayRecord], events: list[StoredEvent
         if any(e.day != rec.day for e in span) or span[-1].event_id != rec.head:
             problems.append(Problem(persona, "day", f"{persona}@{rec.day}: the day record does "
                                     "not match its events (day or head id differs)", rec.day))
+        if _manifest_hash(rec) != rec.world_hash:
+            # diff and mounts read the stored manifest: it must be the one that was hashed
+            problems.append(Problem(persona, "day", f"{persona}@{rec.day}: the stored manifest "
+                                    "does not hash to the day's world hash (modified)", rec.day))
         expected_first = rec.last_seq + 1
     if expected_first != len(events):
         problems.append(Problem(persona, "day", f"{len(events) - expected_first} events after "
                                 "the last day record belong to no day"))
     last = records[-1]
     if summary is None or getattr(summary, "head", None) != last.head \
-            or getattr(summary, "last_seq", None) != last.last_seq:
+            or getattr(summary, "last_seq", None) != last.last_seq \
+            or getattr(summary, "world_hash", None) != last.world_hash:
         problems.append(Problem(persona, "day", f"persona {persona!r}: its summary does not "
                                 "match its last day record"))
 

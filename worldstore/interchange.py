@@ -30,7 +30,7 @@ from worldstore.events import (
     SqlPayload,
 )
 from worldstore.names import check_relpath, is_persona, is_service, ts_key, ts_problem
-from worldstore.sqlcheck import statement_count_problem
+from worldstore.sqlcheck import refused_statement_problem, statement_count_problem
 
 _DECODER = msgspec.json.Decoder(Line)
 _FIELD_AT = re.compile(r"at `\$\.?([^`]*)`")
@@ -95,7 +95,7 @@ def check_line(event: Line, *, source: str, line: int) -> None:
     if isinstance(event, SqlLine):
         if not is_service(event.service):
             raise bad(f"bad service name {event.service!r}: use [a-z][a-z0-9_]*", "service")
-        problem = statement_count_problem(event.sql)
+        problem = statement_count_problem(event.sql) or refused_statement_problem(event.sql)
         if problem:
             raise bad(problem, "sql")
         _check_params(event.params, bad)
@@ -106,7 +106,8 @@ def check_line(event: Line, *, source: str, line: int) -> None:
         raise bad(str(exc), "path") from None
     if isinstance(event, FileWriteLine):
         if (event.text is None) == (event.base64 is None):
-            raise bad("a file_write has exactly one of 'text' or 'base64'", "text")
+            raise bad("a file_write has exactly one of 'text' or 'base64'",
+                      "text" if event.base64 is None else "text/base64")
         if event.base64 is not None:
             try:
                 base64.b64decode(event.base64, validate=True)
@@ -127,7 +128,8 @@ def _check_params(params: Params | None, bad: Any) -> None:
                 base64.b64decode(value[BLOB_PARAM_KEY], validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise bad(f"invalid base64 in blob parameter: {exc}", field) from None
-        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        elif isinstance(value, int) and not isinstance(value, bool) \
+                and not -MAX_INT - 1 <= value <= MAX_INT:  # SQLite: -2**63 .. 2**63-1
             raise bad(f"integer {value} does not fit SQLite's 64 bits", field)
 
 

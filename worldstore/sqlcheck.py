@@ -7,10 +7,21 @@ import re
 import apsw
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.S)
+_FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
+_REFUSED = {
+    "VACUUM": "VACUUM is not allowed in an event: it cannot run inside the day's "
+              "transaction, and the world hash ignores page layout anyway",
+}
 
 
 def only_comments(text: str) -> bool:
     return _COMMENTS.sub("", text).strip(" \t\r\n;") == ""
+
+
+def refused_statement_problem(sql: str) -> str | None:
+    """Why a statement kind is refused before it is ever applied, or None."""
+    m = _FIRST_WORD.match(_COMMENTS.sub(" ", sql))
+    return _REFUSED.get(m.group(1).upper()) if m else None
 
 
 def statement_count_problem(sql: str) -> str | None:

@@ -84,8 +84,9 @@ class SqlEventStore(EventStore):
                 conn.execute(days.insert(), [_day_row(rec)])
         except sa.exc.IntegrityError as exc:
             raise ConflictError(
-                f"{rec.persona}@{rec.day}: another writer appended to persona "
-                f"{rec.persona!r} at the same time; nothing was written ({exc.orig})"
+                f"{rec.persona}@{rec.day}: the append collides with stored events of persona "
+                f"{rec.persona!r} (another writer appended at the same time, or the day "
+                f"repeats a seq); nothing was written [{type(exc.orig).__name__}]"
             ) from None
         except sa.exc.OperationalError as exc:
             raise StoreError(f"{rec.persona}@{rec.day}: store error, nothing written: "
@@ -142,7 +143,10 @@ class SqlEventStore(EventStore):
     def personas(self) -> list[PersonaSummary]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(personas).order_by(personas.c.persona)).mappings()
-            return [_summary(r) for r in rows]
+            # Sorted here too: ORDER BY follows the database's collation, which on a
+            # PostgreSQL created under e.g. en_US puts 'a_b' before 'a-c'; code-point order
+            # keeps listings and hash lookups the same on every backend.
+            return sorted((_summary(r) for r in rows), key=lambda s: s.persona)
 
     def persona(self, persona: str) -> PersonaSummary | None:
         with self.engine.connect() as conn:
@@ -173,7 +177,8 @@ class SqlEventStore(EventStore):
                 sa.select(days).where(days.c.world_hash == world_hash)
                 .order_by(days.c.persona, days.c.day)
             ).mappings()
-            return [_day_record(r) for r in rows]
+            # Code-point order whatever the collation (see personas()).
+            return sorted((_day_record(r) for r in rows), key=lambda r: (r.persona, r.day))
 
     def events(self, persona: str, first_seq: int = 0,
                last_seq: int | None = None) -> Iterator[StoredEvent]:

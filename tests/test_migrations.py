@@ -1,0 +1,222 @@
+"""Store schema migrations (alembic, run by open_event_store) and event-payload upcasting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+import sqlalchemy as sa
+from store_contract import append, build_day, contents, next_day
+
+from worldstore import events as ev
+from worldstore.errors import StoreVersionError
+from worldstore.events import (
+    GENESIS,
+    SCHEMA_VERSION,
+    FileDeletePayload,
+    SqlPayload,
+    StoredEvent,
+    compute_event_id,
+    decode_payload,
+    encode_payload,
+    recompute_id,
+    upcast,
+)
+from worldstore.migrate import head_revision
+from worldstore.open import open_event_store
+from worldstore.sqlstore import SqlEventStore
+
+STORE_TABLES = {"personas", "events", "days", "blobs", "alembic_version"}
+FUTURE = "9999_from_the_future"
+
+
+def revision(store: SqlEventStore) -> list[str]:
+    with store.engine.connect() as conn:
+        return [r[0] for r in conn.execute(sa.text("SELECT version_num FROM alembic_version"))]
+
+
+def schema_fingerprint(store: SqlEventStore) -> Any:
+    """Something that changes whenever DDL runs: SQLite's schema cookie (bumped by every
+    schema change), PostgreSQL's table oids and catalog row versions (new on re-creation
+    or ALTER)."""
+    with store.engine.connect() as conn:
+        if store.engine.dialect.name == "sqlite":
+            return conn.exec_driver_sql("PRAGMA schema_version").scalar_one()
+        return sorted(conn.execute(sa.text(
+            "SELECT relname, oid::bigint, xmin::text FROM pg_class "
+            "WHERE relnamespace = 'public'::regnamespace")).all())
+
+
+def raw_rows(store: SqlEventStore) -> dict[str, list[Any]]:
+    with store.engine.connect() as conn:
+        return {table: sorted(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
+                              for r in conn.execute(sa.text(f"SELECT * FROM {table}")))
+                for table in sorted(STORE_TABLES)}
+
+
+def test_new_store_is_created_at_head(store_location: str) -> None:
+    store = open_event_store(store_location)
+    try:
+        assert revision(store) == [head_revision()]
+        assert set(sa.inspect(store.engine).get_table_names()) == STORE_TABLES
+        columns = {c["name"] for c in sa.inspect(store.engine).get_columns("events")}
+        assert columns == {"persona", "seq", "day", "ts", "prev", "event_id",
+                           "schema_version", "body"}
+        indexes = {i["name"] for i in sa.inspect(store.engine).get_indexes("days")}
+        assert "ix_days_world_hash" in indexes
+    finally:
+        store.close()
+
+
+def test_reopening_changes_nothing(store_location: str) -> None:
+    store = open_event_store(store_location)
+    append(store, build_day("lars", 0, first_seq=0, prev=GENESIS, files={"a": b"bytes"}))
+    before = (raw_rows(store), schema_fingerprint(store))
+    store.close()
+    for _ in range(2):
+        again = open_event_store(store_location)
+        try:
+            assert (raw_rows(again), schema_fingerprint(again)) == before
+            assert revision(again) == [head_revision()]
+        finally:
+            again.close()
+
+
+def test_store_at_an_unknown_newer_revision_is_refused(store_location: str) -> None:
+    store = open_event_store(store_location)
+    try:
+        append(store, next_day(store, "lars", 0, files={"a": b"kept"}))
+        append(store, next_day(store, "lars", 1))
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": FUTURE})
+        before = (raw_rows(store), schema_fingerprint(store))
+    finally:
+        store.close()
+    with pytest.raises(StoreVersionError, match=FUTURE) as caught:
+        open_event_store(store_location)
+    assert "newer" in str(caught.value)
+    assert "Nothing was changed" in str(caught.value)
+    # Refused twice in a row: the first refusal did not "repair" the version either.
+    with pytest.raises(StoreVersionError, match=FUTURE):
+        open_event_store(store_location)
+    inspect = open_raw(store_location)
+    try:
+        assert (raw_rows(inspect), schema_fingerprint(inspect)) == before
+        assert revision(inspect) == [FUTURE]
+    finally:
+        inspect.close()
+
+
+def open_raw(location: str) -> SqlEventStore:
+    """A store object over the location without running migrations (to look at it)."""
+    from worldstore.open import STORE_DB, is_database_url
+    from worldstore.sqlstore import create_engine_for
+
+    url = location if is_database_url(location) else f"{location}/{STORE_DB}"
+    return SqlEventStore(create_engine_for(url), url)
+
+
+def test_a_refused_store_is_readable_again_once_the_revision_is_known(store_location: str
+                                                                      ) -> None:
+    store = open_event_store(store_location)
+    append(store, next_day(store, "lars", 0))
+    before = contents(store)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": FUTURE})
+    store.close()
+    with pytest.raises(StoreVersionError):
+        open_event_store(store_location)
+    raw = open_raw(store_location)
+    with raw.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"),
+                     {"v": head_revision()})
+    raw.close()
+    store = open_event_store(store_location)
+    try:
+        assert contents(store) == before
+    finally:
+        store.close()
+
+
+# --- event payload schema versions ------------------------------------------------------
+
+
+def v0_sql_upcaster(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 0 (hypothetical) called the statement 'query' and had no params."""
+    raw = dict(raw)
+    raw["sql"] = raw.pop("query")
+    return raw
+
+
+def test_payload_newer_than_this_code_is_refused() -> None:
+    body = encode_payload(SqlPayload(service="notes", sql="SELECT 1"))
+    with pytest.raises(StoreVersionError, match=rf"schema_version {SCHEMA_VERSION + 1}"):
+        decode_payload(body, SCHEMA_VERSION + 1)
+    with pytest.raises(StoreVersionError, match="newer"):
+        upcast({"type": "sql", "service": "notes", "sql": "SELECT 1"}, SCHEMA_VERSION + 5)
+
+
+def test_current_payloads_decode_without_upcasting() -> None:
+    payload = FileDeletePayload(path="docs/old.txt")
+    assert decode_payload(encode_payload(payload), SCHEMA_VERSION) == payload
+    raw = {"type": "file_delete", "path": "docs/old.txt"}
+    assert upcast(raw, SCHEMA_VERSION, upcasters={}) == raw
+
+
+def test_registered_upcaster_converts_an_old_shape() -> None:
+    old = {"type": "sql", "service": "notes", "query": "DELETE FROM notes"}
+    new = upcast(old, SCHEMA_VERSION - 1, upcasters={SCHEMA_VERSION - 1: v0_sql_upcaster})
+    assert new == {"type": "sql", "service": "notes", "sql": "DELETE FROM notes"}
+    assert old == {"type": "sql", "service": "notes", "query": "DELETE FROM notes"}
+    assert msgspec.convert(new, ev.Payload) == SqlPayload(service="notes",
+                                                          sql="DELETE FROM notes")
+
+
+def test_upcasters_run_one_step_at_a_time_in_order() -> None:
+    seen: list[int] = []
+
+    def step(version: int) -> Any:
+        def run(raw: dict[str, Any]) -> dict[str, Any]:
+            seen.append(version)
+            return {**raw, "trail": [*raw["trail"], version]}
+        return run
+
+    result = upcast({"trail": []}, 1, upcasters={v: step(v) for v in (3, 1, 2)}, target=4)
+    assert result == {"trail": [1, 2, 3]}
+    assert seen == [1, 2, 3]
+    with pytest.raises(StoreVersionError, match="from event schema_version 2 to 3"):
+        upcast({"trail": []}, 1, upcasters={1: step(1), 3: step(3)}, target=4)
+
+
+def test_missing_upcaster_is_refused() -> None:
+    with pytest.raises(StoreVersionError, match=r"schema_version 0 to 1"):
+        upcast({"type": "sql"}, 0, upcasters={}, target=1)
+
+
+def test_stored_old_event_is_upcast_on_read(store_location: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event written under schema version 0 reads back through the registered
+    upcaster; its id still covers the bytes as written, so the chain stays intact."""
+    body = msgspec.json.encode({"type": "sql", "service": "notes",
+                                "query": "CREATE TABLE notes(id INTEGER PRIMARY KEY)"})
+    fields = dict(persona="old", seq=0, day=0, ts="2026-03-02T08:00:00Z", prev=GENESIS,
+                  schema_version=0, body=body)
+    old_event = StoredEvent(event_id=compute_event_id(**fields), **fields)  # type: ignore[arg-type]
+    from store_contract import new_day
+
+    store = open_event_store(store_location)
+    try:
+        append(store, new_day([old_event], {}))
+        (stored,) = store.events("old")
+        assert stored.schema_version == 0
+        assert stored.body == body
+        assert recompute_id(stored) == stored.event_id
+        with pytest.raises(StoreVersionError, match="no upcaster"):
+            _ = stored.payload  # nothing registered for version 0 in this code
+        monkeypatch.setitem(ev.UPCASTERS, 0, v0_sql_upcaster)
+        assert stored.payload == SqlPayload(service="notes",
+                                            sql="CREATE TABLE notes(id INTEGER PRIMARY KEY)")
+        assert stored.type == "sql"
+    finally:
+        store.close()
