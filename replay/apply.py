@@ -118,7 +118,12 @@ def _bindings(params: Params | None) -> Any:
         return None
     if isinstance(params, dict):
         return {k: _binding(v) for k, v in params.items()}
+    if _PLAIN_TYPES.issuperset(map(type, params)):
+        return params  # nothing to convert (the common case): skip the per-value calls
     return tuple(_binding(v) for v in params)
+
+
+_PLAIN_TYPES = frozenset({int, float, str, type(None)})
 
 
 def _binding(value: Any) -> Any:

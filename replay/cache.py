@@ -93,7 +93,14 @@ class SnapshotCache:
         for entry in self.tmp.iterdir():
             pid_text = entry.name.split("-", 1)[0]
             if pid_text.isdigit() and not _alive(int(pid_text)):
-                remove_tree(entry)
+                # Several processes may clean at once: claim the entry with one atomic
+                # rename (under our own pid) first, so only one of them removes it.
+                claimed = self.tmp / f"{os.getpid()}-{next(_COUNTER)}"
+                try:
+                    os.rename(entry, claimed)
+                except FileNotFoundError:
+                    continue  # another process claimed it
+                remove_tree(claimed)
 
 
 def require_sound(cache: SnapshotCache, world_hash: str) -> None:

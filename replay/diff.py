@@ -125,9 +125,9 @@ def _table_rows_diff(service: str, table: str, a_root: Path, b_root: Path, max_r
         changes.append(RowChange("added", after[key][0], after=after[key][1]))
     for key in before.keys() & after.keys():
         old, new = before[key][1], after[key][1]
-        if old != new:
+        cols = sorted(c for c in set(old) | set(new) if _typed(old.get(c)) != _typed(new.get(c)))
+        if cols:
             diff.changed += 1
-            cols = sorted(c for c in set(old) | set(new) if old.get(c) != new.get(c))
             changes.append(RowChange("changed", before[key][0], before=old, after=new,
                                      columns=cols))
     changes.sort(key=lambda c: (msgspec.json.encode(c.key, order="deterministic"), c.change))
@@ -184,12 +184,20 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _typed(value: Any) -> tuple[str, Any]:
+    # Python calls 1 == 1.0 and 0.0 == -0.0; SQLite stores them differently and the hash
+    # sees the difference, so the diff must too.
+    if isinstance(value, float):
+        return ("float", value.hex())
+    return (type(value).__name__, value)
+
+
 def _freeze(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    return value
+    return _typed(value)
 
 
 def _file_diffs(a_root: Path, a: Manifest, b_root: Path, b: Manifest) -> list[FileDiff]:

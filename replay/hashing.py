@@ -27,6 +27,7 @@ import xxhash
 from replay.layout import iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
 from worldstore.canonical import canonical_bytes, digest, digest_of
+from worldstore.errors import WorldDirError
 
 MANIFEST_FORMAT = 1
 ROW_CHUNK = 1024
@@ -133,6 +134,13 @@ def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
 
 
 def service_manifest(path: Path) -> ServiceManifest:
+    try:
+        return _service_manifest(path)
+    except apsw.Error as exc:  # a damaged or foreign file: refuse it in our own terms
+        raise WorldDirError(f"{path}: not a readable SQLite database ({exc})") from None
+
+
+def _service_manifest(path: Path) -> ServiceManifest:
     with open_readonly(path) as conn:
         user_version = int(_scalar(conn, "PRAGMA user_version"))
         application_id = int(_scalar(conn, "PRAGMA application_id"))

@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import apsw
+
 from replay.diff import WorldDiff, diff_worlds
 from replay.files import copy_file, remove_tree
 from replay.hashing import Manifest, world_manifest
-from replay.layout import SERVICES, WORKSPACE, service_db
+from replay.layout import DB_SUFFIX, SERVICES, WORKSPACE, service_db
 
 _SENTINEL_NS = 1_000_000_000  # mtime pinned on every copied file (1970-01-01T00:00:01Z)
 
@@ -71,11 +73,13 @@ class Mount:
 
     def hash(self) -> str:
         self._check_open()
+        _recover_journals(self.path)
         return world_manifest(self.path).world_hash()
 
     def diff(self) -> WorldDiff:
         """What changed in this instance since the snapshot (row- and file-level)."""
         self._check_open()
+        _recover_journals(self.path)
         return diff_worlds(self.snapshot, self.manifest, self.path, world_manifest(self.path))
 
     def close(self) -> None:
@@ -119,6 +123,21 @@ class Mount:
         os.chmod(dst, 0o644)
         os.utime(dst, ns=(_SENTINEL_NS, _SENTINEL_NS))
         self._stamps[rel] = _stamp(dst)
+
+
+def _recover_journals(root: Path) -> None:
+    """Roll back what a writer killed mid-transaction left in a hot journal, as any SQLite
+    client opening the database would; hashing opens read-only and cannot."""
+    for journal in (root / SERVICES).glob(f"*{DB_SUFFIX}-journal"):
+        db = journal.with_name(journal.name[: -len("-journal")])
+        if db.is_file():
+            conn = apsw.Connection(str(db))
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+            except apsw.BusyError:
+                pass  # a live writer holds it: not hot; hashing reports what it can read
+            finally:
+                conn.close()
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

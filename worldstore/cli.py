@@ -26,7 +26,7 @@ from worldstore.open import DEFAULT_STORE
 
 F = TypeVar("F", bound=Callable[..., Any])
 out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # never break a path
 
 
 def _fail_cleanly(fn: F) -> F:
