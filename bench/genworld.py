@@ -3,7 +3,8 @@
 The only randomness is ``random.Random(1234)`` and no clock is read, so the same arguments
 always give byte-identical interchange files (and therefore the same world hashes).
 
-Shape (defaults: 50,000 events, ~640-byte text payloads -> about 27 MB of databases):
+Shape (defaults: 50,000 events, ~640-byte text payloads -> about 32 MB of databases;
+7,500 events make the ~5 MB world of the mount benchmark):
 
 * services ``mail``, ``chat``, ``shop``, ``crm``, ``docs``, two tables each, every table with
   an ``INTEGER PRIMARY KEY``, plus secondary (and one unique) indexes;
@@ -77,7 +78,7 @@ SCHEMA: dict[str, list[str]] = {
 }
 SERVICES = tuple(SCHEMA)
 
-_WORDS = (
+_VOCABULARY = (
     "invoice meeting quarterly rack switch cable budget delivery schedule review draft "
     "approved pending shipped customer vendor studio display camera audio install "
     "network firmware update ticket follow-up agenda minutes deadline estimate quote "
@@ -85,10 +86,13 @@ _WORDS = (
     "laptop projector speaker amplifier microphone license renewal contract clause "
     "payment reminder overdue receipt refund discount margin report summary forecast "
     "the a of to and in for on with at by from about after before during this that"
-).split()
+)
+_WORDS = _VOCABULARY.split()
 _NAMES = ("ingrid", "erik", "lars", "maja", "nora", "jonas", "sofie", "henrik", "ola", "kari")
 _STATUSES = ("placed", "paid", "packed", "shipped", "delivered", "returned")
 _KINDS = ("call", "email", "visit", "note", "demo")
+_DELETABLE = {"mail": "messages", "chat": "messages", "shop": "orders", "crm": "activities",
+              "docs": "comments"}
 
 
 DEFAULT_EVENTS = 50_000
@@ -241,11 +245,8 @@ class _Gen:
             return None
         return "UPDATE pages SET body = ?, updated_at = ? WHERE id = ?", [self.text(big), ts, i]
 
-    _DELETABLE = {"mail": "messages", "chat": "messages", "shop": "orders",
-                  "crm": "activities", "docs": "comments"}
-
     def delete(self, service: str) -> tuple[str, list[Any]] | None:
-        table = self._DELETABLE[service]
+        table = _DELETABLE[service]
         i = self.take(service, table)
         if i is None:
             return None

@@ -13,7 +13,6 @@ import base64
 import errno
 import os
 from collections.abc import Callable
-from functools import singledispatch
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,17 @@ class EventFailed(WorldError):
 
 
 class WorldBuilder:
-    """Writes events into one world directory."""
+    """Writes events into one world directory.
+
+    Connections stay open across days (their statement and page caches with them); each
+    service's writes of the current day form one transaction, committed by ``commit()``.
+    """
 
     def __init__(self, root: Path, blobs: BlobSource) -> None:
         self.root = root
         self.blobs = blobs
         self._conns: dict[str, apsw.Connection] = {}
+        self._in_day: set[str] = set()
         (root / SERVICES).mkdir(parents=True, exist_ok=True)
         (root / WORKSPACE).mkdir(parents=True, exist_ok=True)
 
@@ -59,28 +63,38 @@ class WorldBuilder:
             # Worlds are built in scratch dirs and are rebuildable from the log; nothing
             # relies on their durability (cache entries are copies), so skip the fsyncs.
             _unguarded(conn, "PRAGMA synchronous=OFF")
-            _unguarded(conn, "BEGIN")
+            _unguarded(conn, f"PRAGMA cache_size=-{_CACHE_KIB}")
             self._conns[service] = conn
+        if service not in self._in_day:
+            _unguarded(conn, "BEGIN")
+            self._in_day.add(service)
         return conn
 
     def apply(self, event: StoredEvent, payload: Payload | None = None) -> None:
         freeze(ts_millis(event.ts), event.event_id)
-        apply_event(payload if payload is not None else event.payload, self)
+        apply_event(event.payload if payload is None else payload, self)
 
     def commit(self) -> None:
-        """End the day: commit every open service transaction and close connections."""
-        conns, self._conns = self._conns, {}
-        for conn in conns.values():
-            _unguarded(conn, "COMMIT")
-            conn.close()
+        """End the day: commit every service transaction the day opened."""
+        for service in sorted(self._in_day):
+            _unguarded(self._conns[service], "COMMIT")
+        self._in_day.clear()
 
-    def abort(self) -> None:
+    def close(self) -> None:
+        """Roll back an unfinished day and close every connection."""
         conns, self._conns = self._conns, {}
-        for conn in conns.values():
+        in_day, self._in_day = self._in_day, set()
+        for service, conn in conns.items():
             try:
-                _unguarded(conn, "ROLLBACK")
+                if service in in_day:
+                    _unguarded(conn, "ROLLBACK")
             finally:
                 conn.close()
+
+    abort = close
+
+
+_CACHE_KIB = 65536  # page cache per service connection while building (64 MiB at most)
 
 
 def _unguarded(conn: apsw.Connection, sql: str) -> None:
@@ -92,12 +106,14 @@ def _unguarded(conn: apsw.Connection, sql: str) -> None:
         conn.authorizer = guard
 
 
-@singledispatch
 def apply_event(payload: Payload, world: WorldBuilder) -> None:
-    raise EventFailed(f"unknown payload type {type(payload).__name__}")
+    """Apply one event's payload to the world: the step of the fold."""
+    handler = _HANDLERS.get(type(payload))
+    if handler is None:
+        raise EventFailed(f"unknown payload type {type(payload).__name__}")
+    handler(payload, world)
 
 
-@apply_event.register
 def _apply_sql(payload: SqlPayload, world: WorldBuilder) -> None:
     conn = world.connection(payload.service)
     try:
@@ -134,7 +150,6 @@ def _binding(value: Any) -> Any:
     return value
 
 
-@apply_event.register
 def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
     data = world.blobs(payload.blob)
     if digest(data) != payload.blob or len(data) != payload.size:
@@ -151,7 +166,6 @@ def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
         ) from None
 
 
-@apply_event.register
 def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
     target = _target(world, payload.path)
     try:
@@ -161,6 +175,13 @@ def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
     except (IsADirectoryError, PermissionError, NotADirectoryError) as exc:
         raise EventFailed(f"file_delete {payload.path!r}: not a file ({exc.strerror})") from None
     _prune_empty_parents(target.parent, world.root / WORKSPACE)
+
+
+_HANDLERS: dict[type[Any], Callable[[Any, WorldBuilder], None]] = {
+    SqlPayload: _apply_sql,
+    FileWritePayload: _apply_file_write,
+    FileDeletePayload: _apply_file_delete,
+}
 
 
 def _target(world: WorldBuilder, path: str) -> Path:

@@ -19,7 +19,7 @@ from replay.diff import WorldDiff, diff_worlds
 from replay.files import copy_tree, remove_tree
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
 from replay.materialize import BuiltDay, build_days
-from replay.mount import Mount
+from replay.mount import Mount, snapshot_files
 from worldstore.errors import (
     ApplyError,
     ConflictError,
@@ -105,7 +105,9 @@ class Worlds:
     def __init__(self, store: EventStore, cache: SnapshotCache) -> None:
         self.store = store
         self.cache = cache
-        self._sound: set[str] = set()  # cached snapshots re-hashed by this Worlds (mount)
+        # Lookups behind mount(), made once per Worlds (see _mountable).
+        self._records: dict[str, DayRecord] = {}
+        self._mounts: dict[str, tuple[Path, Manifest, list[tuple[str, Path]]]] = {}
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None,
@@ -355,20 +357,37 @@ class Worlds:
 
     def mount(self, ref: str, dest: Path | None = None) -> Mount:
         """A writable, isolated, resettable instance of persona@day (or of a world hash)."""
-        record = self.resolve(ref)
-        snapshot = self.snapshot(record.persona, record.day)
-        if record.world_hash not in self._sound:
-            # Like checkout, never hand out a cache entry modified on disk: re-hash it once
-            # per Worlds (mounts are frequent) and rebuild it from the log if it is bad.
-            if self.cache.check(record.world_hash):
-                self.cache.evict(record.world_hash)
-                snapshot = self.snapshot(record.persona, record.day)
-            self._sound.add(record.world_hash)
         if dest is None:
             dest = self.cache.scratch()
         elif dest.exists() and any(dest.iterdir()):
             raise WorldError(f"{dest}: mount target exists and is not empty")
-        return Mount(snapshot, record.world_hash, self.manifest(record), dest)
+        record, snapshot, manifest, files = self._mountable(ref)
+        try:
+            return Mount(snapshot, record.world_hash, manifest, dest, files)
+        except FileNotFoundError:
+            # The cache entry was dropped (by verify, say) since we looked it up: look again.
+            self._mounts.pop(record.world_hash, None)
+            remove_tree(dest)
+            record, snapshot, manifest, files = self._mountable(ref)
+            return Mount(snapshot, record.world_hash, manifest, dest, files)
+
+    def _mountable(self, ref: str) -> tuple[DayRecord, Path, Manifest, list[tuple[str, Path]]]:
+        """What a mount of `ref` copies from, looked up once per Worlds: persona-days never
+        change once stored, and mounts are frequent."""
+        record = self._records.get(ref) or self.resolve(ref)
+        if ref_is_stable(ref):
+            self._records[ref] = record
+        found = self._mounts.get(record.world_hash)
+        if found is None:
+            snapshot = self.snapshot(record.persona, record.day)
+            # Like checkout, never hand out a cache entry modified on disk: re-hash it once
+            # and rebuild it from the log if it is bad.
+            if self.cache.check(record.world_hash):
+                self.cache.evict(record.world_hash)
+                snapshot = self.snapshot(record.persona, record.day)
+            found = (snapshot, self.manifest(record), snapshot_files(snapshot))
+            self._mounts[record.world_hash] = found
+        return (record, *found)
 
     # --- replay, verify, diff, export -----------------------------------------------
 
@@ -427,6 +446,13 @@ class Worlds:
     def iter_records(self) -> Iterator[DayRecord]:
         for summary in self.store.personas():
             yield from self.store.days(summary.persona)
+
+
+def ref_is_stable(ref: str) -> bool:
+    """A reference that always names the same persona-day: ``persona@N`` or a hash."""
+    m = REF_RE.fullmatch(ref)
+    return HASH_RE.fullmatch(ref) is not None or (
+        m is not None and m.group("day") is not None and not m.group("day").startswith("-"))
 
 
 def _stored_events(batch: DayBatch, first_seq: int, prev: str

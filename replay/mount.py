@@ -26,13 +26,15 @@ _SENTINEL_NS = 1_000_000_000  # mtime pinned on every copied file (1970-01-01T00
 class Mount:
     """A writable instance of one snapshot. Close it (or use ``with``) to delete it."""
 
-    def __init__(self, snapshot: Path, world_hash: str, manifest: Manifest, path: Path) -> None:
+    def __init__(self, snapshot: Path, world_hash: str, manifest: Manifest, path: Path,
+                 files: list[tuple[str, Path]] | None = None) -> None:
+        """`files` is the snapshot's file list (``snapshot_files``), when the caller has it."""
         self.snapshot = snapshot
         self.world_hash = world_hash
         self.manifest = manifest
         self.path = path
         self._stamps: dict[str, tuple[int, int, int]] = {}
-        self._files: list[tuple[str, Path]] | None = None
+        self._files = files
         self._closed = False
         self._copy_all()
 
@@ -104,23 +106,27 @@ class Mount:
         # A snapshot is a read-only cache entry named by its hash: walk it once, not on
         # every reset.
         if self._files is None:
-            self._files = _walk(self.snapshot)
+            self._files = snapshot_files(self.snapshot)
         return self._files
 
     def _copy_all(self) -> None:
         self._stamps.clear()
-        (self.path / SERVICES).mkdir(parents=True, exist_ok=True)
-        (self.path / WORKSPACE).mkdir(parents=True, exist_ok=True)
+        made = {self.path / SERVICES, self.path / WORKSPACE}
+        for folder in made:
+            folder.mkdir(parents=True, exist_ok=True)
         for rel, src in self._snapshot_files():
-            self._copy_one(rel, src, self.path / rel)
+            dst = self.path / rel
+            if dst.parent not in made:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                made.add(dst.parent)
+            self._copy_one(rel, src, dst)
 
     def _copy_one(self, rel: str, src: Path, dst: Path) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_symlink():
             os.symlink(os.readlink(src), dst)
             return
-        copy_file(src, dst)
-        os.chmod(dst, 0o644)
+        copy_file(src, dst)  # a new file: writable, whatever the read-only source's mode
         os.utime(dst, ns=(_SENTINEL_NS, _SENTINEL_NS))
         self._stamps[rel] = _stamp(dst)
 
@@ -145,6 +151,11 @@ def _stamp(path: Path) -> tuple[int, int, int]:
     if st.st_mtime_ns != _SENTINEL_NS:
         return (-1, -1, -1)
     return (st.st_ino, st.st_size, st.st_ctime_ns)
+
+
+def snapshot_files(root: Path) -> list[tuple[str, Path]]:
+    """(relative path, path) of every file and symlink under a snapshot's world dir."""
+    return _walk(root)
 
 
 def _walk(root: Path) -> list[tuple[str, Path]]:

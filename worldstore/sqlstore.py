@@ -8,6 +8,7 @@ that. Driver errors are translated here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -183,15 +184,19 @@ class SqlEventStore(EventStore):
     def events(self, persona: str, first_seq: int = 0,
                last_seq: int | None = None) -> Iterator[StoredEvent]:
         # Paged by seq so a long stream is never held in memory or in one transaction.
+        # The hot path of replay: rows come straight from the driver's cursor as tuples.
+        sql = self._events_sql
+        last = last_seq if last_seq is not None else 2**62
         next_seq = first_seq
         while True:
-            query = sa.select(*_EVENT_COLUMNS).where(
-                events.c.persona == persona, events.c.seq >= next_seq
-            ).order_by(events.c.seq).limit(EVENT_PAGE)
-            if last_seq is not None:
-                query = query.where(events.c.seq <= last_seq)
             with self.engine.connect() as conn:
-                rows = conn.execute(query).all()
+                cursor = conn.connection.cursor()
+                try:
+                    cursor.execute(sql, {"persona": persona, "first": next_seq, "last": last,
+                                         "page": EVENT_PAGE})
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.close()
             for r in rows:
                 yield StoredEvent(
                     persona=r[0], seq=r[1], day=r[2], ts=r[3], prev=r[4], event_id=r[5],
@@ -200,6 +205,16 @@ class SqlEventStore(EventStore):
             if len(rows) < EVENT_PAGE:
                 return
             next_seq = rows[-1][1] + 1
+
+    @functools.cached_property
+    def _events_sql(self) -> str:
+        def param(name: str) -> str:
+            return f"%({name})s" if self._is_pg else f":{name}"
+
+        columns = ", ".join(c.name for c in _EVENT_COLUMNS)
+        return (f"SELECT {columns} FROM events WHERE persona = {param('persona')} "
+                f"AND seq >= {param('first')} AND seq <= {param('last')} "
+                f"ORDER BY seq LIMIT {param('page')}")
 
     def blob(self, digest: str) -> bytes:
         with self.engine.connect() as conn:

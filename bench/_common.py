@@ -1,0 +1,235 @@
+"""Shared plumbing for the benchmarks: interleaved timing, result rows, JSON and markdown.
+
+Machines running these are shared and noisy, so every benchmark measures its baseline in
+the same run, interleaves the contenders round by round (rotating their order), and
+reports medians. Nothing here asserts on time: benchmarks report, they do not fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+OUT_DIR = BENCH_DIR / "out"
+WORK_DIR = OUT_DIR / "work"
+
+if str(REPO) not in sys.path:  # run as `python bench/x.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+
+@dataclass(slots=True)
+class Row:
+    """One line of a results table."""
+
+    bench: str
+    measure: str
+    result: str  # formatted value of ours
+    baseline: str = ""  # formatted value of the baseline measured in the same run
+    ratio: str = ""  # e.g. "raw/replay = 0.61"
+    target: str = ""
+    met: bool | None = None  # None: no target for this row
+
+    @property
+    def met_text(self) -> str:
+        return "" if self.met is None else ("yes" if self.met else "**no**")
+
+
+@dataclass(slots=True)
+class Report:
+    name: str
+    params: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)  # raw numbers (seconds, bytes...)
+    notes: list[str] = field(default_factory=list)
+
+    def save(self) -> Path:
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        path = OUT_DIR / f"{self.name}.json"
+        doc = {
+            "name": self.name,
+            "params": self.params,
+            "env": environment(),
+            "rows": [asdict(r) for r in self.rows],
+            "data": self.data,
+            "notes": self.notes,
+        }
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return path
+
+    def markdown(self) -> str:
+        out = [markdown_table(self.rows)]
+        out += [f"- {n}" for n in self.notes]
+        return "\n".join(out)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    head = ["Benchmark", "Measure", "Result", "Baseline", "Ratio", "Target", "Met"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.bench, r.measure, r.result, r.baseline, r.ratio, r.target, r.met_text]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def rows_from_json(doc: dict[str, Any]) -> list[Row]:
+    return [Row(**r) for r in doc["rows"]]
+
+
+# --- timing ------------------------------------------------------------------------------
+
+Timed = Callable[[], float]  # runs once, returns the seconds that count (setup excluded)
+
+
+def interleave(contenders: dict[str, Timed], rounds: int) -> dict[str, list[float]]:
+    """Run every contender once per round, rotating the order each round."""
+    names = list(contenders)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            times[name].append(contenders[name]())
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def spread(xs: list[float]) -> str:
+    """min..max, for the JSON and the notes: how noisy the run was."""
+    return f"{min(xs):.4g}..{max(xs):.4g}"
+
+
+def clock(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# --- formatting --------------------------------------------------------------------------
+
+
+def fmt_s(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(per_s: float, unit: str) -> str:
+    if per_s >= 1e4:
+        return f"{per_s / 1e3:,.1f}k {unit}/s"
+    return f"{per_s:,.1f} {unit}/s"
+
+
+# --- files and environment ---------------------------------------------------------------
+
+
+def fresh_dir(path: Path) -> Path:
+    remove(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def remove(path: Path) -> None:
+    if path.exists():
+        for dirpath, _dirs, _files in os.walk(path):
+            os.chmod(dirpath, 0o755)  # snapshot dirs in a store's cache are read-only
+        shutil.rmtree(path)
+
+
+def tree_bytes(root: Path) -> int:
+    """Apparent size (sum of st_size) of the regular files under root."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            st = os.lstat(os.path.join(dirpath, f))
+            total += st.st_size
+    return total
+
+
+def tree_blocks(root: Path) -> int:
+    """Allocated bytes (sum of st_blocks * 512) under root."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        total += os.lstat(dirpath).st_blocks * 512
+        for f in files:
+            total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
+
+
+def fs_type(path: Path) -> str:
+    try:
+        out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True,
+                             text=True, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment() -> dict[str, Any]:
+    import apsw
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "sqlite": apsw.sqlite_lib_version(),
+        "fs": fs_type(OUT_DIR if OUT_DIR.exists() else BENCH_DIR),
+    }
+
+
+def world_file(events: int, payload: int, days: int = 10) -> Path:
+    """The generated interchange file for these parameters (generated once, then reused).
+
+    The name carries the parameters and a digest of the generator's source, so a change
+    to the generator never reuses a stale file.
+    """
+    import hashlib
+
+    import genworld
+
+    src = hashlib.sha256(Path(genworld.__file__).read_bytes()).hexdigest()[:10]
+    path = WORK_DIR / "worlds" / f"world-{events}-{payload}-{days}-{src}.jsonl"
+    if not path.exists():
+        for stale in path.parent.glob("world-*.jsonl"):
+            if not stale.stem.endswith(src):  # made by an older generator
+                stale.unlink()
+        genworld.write_world(path, genworld.Params(events, payload, days))
+    return path
+
+
+def emit(report: Report, *, quick: bool = False) -> None:
+    """Save the JSON and print the markdown. A quick run's worlds are smaller than the
+    targets are stated for, so its targets are shown but not judged."""
+    report.params["quick"] = quick
+    if quick:
+        for row in report.rows:
+            if row.met is not None:
+                row.met = None
+                row.target += " (judged at full size)"
+    path = report.save()
+    print(f"## {report.name}\n")
+    print(report.markdown())
+    print(f"\n(results: {path.relative_to(REPO)})\n")

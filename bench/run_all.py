@@ -1,0 +1,71 @@
+"""Run every benchmark, each in its own process, and print one combined markdown table.
+
+    .venv/bin/python bench/run_all.py           # full size (several minutes)
+    .venv/bin/python bench/run_all.py --quick   # smoke run, well under a minute
+
+Each benchmark writes bench/out/<name>.json; the combined table is also written to
+bench/out/summary.md. A benchmark that fails is reported and the others still run; the
+exit status is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
+
+BENCHMARKS = ("replay", "hash", "mount")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small smoke run (< 60 s)")
+    ap.add_argument("--only", choices=BENCHMARKS, action="append",
+                    help="run only this benchmark (repeatable)")
+    a = ap.parse_args(argv)
+    names = a.only or list(BENCHMARKS)
+    failed = []
+    started = time.perf_counter()
+    rows, notes = [], []
+    for name in names:
+        (OUT_DIR / f"{name}.json").unlink(missing_ok=True)
+        cmd = [sys.executable, str(BENCH_DIR / f"bench_{name}.py")] + (["--quick"] * a.quick)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        took = time.perf_counter() - t0
+        print(f"[{name}: {took:.1f} s]", file=sys.stderr)
+        result = OUT_DIR / f"{name}.json"
+        if proc.returncode != 0 or not result.exists():
+            failed.append(name)
+            print(f"benchmark {name} failed (exit {proc.returncode}):\n{proc.stderr}",
+                  file=sys.stderr)
+            continue
+        doc = json.loads(result.read_text())
+        rows += rows_from_json(doc)
+        notes += [f"{name}: {n}" for n in doc["notes"]]
+    env = environment()
+    mode = "quick" if a.quick else "full"
+    text = "\n".join([
+        f"Benchmarks ({mode} run; Python {env['python']}, SQLite {env['sqlite']}, "
+        f"{env['cpus']} CPUs, {env['fs']} file system, load {env['loadavg'][0]}):",
+        "",
+        markdown_table(rows),
+        "",
+        *[f"- {n}" for n in notes],
+    ])
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / "summary.md").write_text(text + "\n")
+    print(text)
+    print(f"\n[all benchmarks: {time.perf_counter() - started:.1f} s]", file=sys.stderr)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
