@@ -233,3 +233,18 @@ def emit(report: Report, *, quick: bool = False) -> None:
     print(f"## {report.name}\n")
     print(report.markdown())
     print(f"\n(results: {path.relative_to(REPO)})\n")
+
+
+def world_args(description: str, argv: list[str] | None, *, rounds: int) -> Any:
+    """The command line shared by the world benchmarks: size, payload, rounds, --quick."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap.add_argument("--events", type=int)
+    ap.add_argument("--payload", type=int, default=640)
+    ap.add_argument("--rounds", type=int)
+    a = ap.parse_args(argv)
+    a.events = a.events or (5_000 if a.quick else 50_000)
+    a.rounds = a.rounds or (3 if a.quick else rounds)
+    return a

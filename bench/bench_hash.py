@@ -11,7 +11,6 @@ is a hash that ignores page layout and history.
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from _common import (
     median,
     remove,
     spread,
+    world_args,
     world_file,
 )
 
@@ -108,15 +108,8 @@ def run(events: int, payload: int, rounds: int) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="world hash MB/s vs xxh3 over raw file bytes")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
-    ap.add_argument("--events", type=int)
-    ap.add_argument("--payload", type=int, default=640)
-    ap.add_argument("--rounds", type=int)
-    a = ap.parse_args(argv)
-    events = a.events or (5_000 if a.quick else 50_000)
-    rounds = a.rounds or (3 if a.quick else 9)
-    emit(run(events, a.payload, rounds), quick=a.quick)
+    a = world_args("world hash MB/s vs xxh3 over raw file bytes", argv, rounds=9)
+    emit(run(a.events, a.payload, a.rounds), quick=a.quick)
     return 0
 
 

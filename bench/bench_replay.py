@@ -19,7 +19,6 @@ the baseline provably does the same work.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import time
@@ -40,6 +39,7 @@ from _common import (
     remove,
     spread,
     tree_bytes,
+    world_args,
     world_file,
 )
 
@@ -268,15 +268,8 @@ def run(events: int, payload: int, rounds: int, import_rounds: int) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="replay rate vs raw sqlite3 apply")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
-    ap.add_argument("--events", type=int)
-    ap.add_argument("--payload", type=int, default=640)
-    ap.add_argument("--rounds", type=int)
-    a = ap.parse_args(argv)
-    events = a.events or (5_000 if a.quick else 50_000)
-    rounds = a.rounds or (3 if a.quick else 7)
-    emit(run(events, a.payload, rounds, import_rounds=1 if a.quick else 3), quick=a.quick)
+    a = world_args("replay rate vs raw sqlite3 apply", argv, rounds=7)
+    emit(run(a.events, a.payload, a.rounds, import_rounds=1 if a.quick else 3), quick=a.quick)
     return 0
 
 
