@@ -18,7 +18,7 @@ import time
 
 from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
 
-BENCHMARKS = ("replay", "hash", "mount")
+BENCHMARKS = ("replay", "hash", "mount", "envs")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import apsw
+import msgspec
 
-from replay.layout import SERVICES, WORKSPACE, service_db, workspace_path
+from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
 from replay.sqlite import freeze, open_event_db, take_denial
 from worldstore.canonical import digest
 from worldstore.errors import PathError, WorldError
 from worldstore.events import (
+    AppPayload,
     FileDeletePayload,
     FileWritePayload,
     Params,
@@ -177,10 +179,27 @@ def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
     _prune_empty_parents(target.parent, world.root / WORKSPACE)
 
 
+def _apply_app(payload: AppPayload, world: WorldBuilder) -> None:
+    folder = world.root / APPS
+    folder.mkdir(exist_ok=True)
+    pin = {"service": payload.service, "app": payload.app, "version": payload.version,
+           "digest": payload.digest, "carried": payload.carried}
+    (folder / f"{payload.service}.json").write_bytes(msgspec.json.encode(pin) + b"\n")
+    code_file = folder / f"{payload.service}.py"
+    if payload.carried:
+        code = world.blobs(payload.digest)
+        if digest(code) != payload.digest:
+            raise EventFailed(f"app code for {payload.service!r} does not match its digest")
+        code_file.write_bytes(code)
+    elif code_file.exists():
+        code_file.unlink()  # a shipped app replaces earlier carried code
+
+
 _HANDLERS: dict[type[Any], Callable[[Any, WorldBuilder], None]] = {
     SqlPayload: _apply_sql,
     FileWritePayload: _apply_file_write,
     FileDeletePayload: _apply_file_delete,
+    AppPayload: _apply_app,
 }
 
 

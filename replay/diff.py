@@ -201,7 +201,8 @@ def _freeze(value: Any) -> Any:
 
 
 def _file_diffs(a_root: Path, a: Manifest, b_root: Path, b: Manifest) -> list[FileDiff]:
-    out = []
+    out = [_app_diff(name, a, b) for name in sorted(set(a.apps) | set(b.apps))
+           if a.apps.get(name) != b.apps.get(name)]
     for path in sorted(set(a.files) | set(b.files)):
         fa, fb = a.files.get(path), b.files.get(path)
         if fa == fb:
@@ -215,6 +216,13 @@ def _file_diffs(a_root: Path, a: Manifest, b_root: Path, b: Manifest) -> list[Fi
             out.append(FileDiff(path, "changed", size_before=fa.size, size_after=fb.size,
                                 text_diff=_text_diff(a_root, b_root, path)))
     return out
+
+
+def _app_diff(name: str, a: Manifest, b: Manifest) -> FileDiff:
+    fa, fb = a.apps.get(name), b.apps.get(name)
+    change = "added" if fa is None else "removed" if fb is None else "changed"
+    return FileDiff(f"apps/{name}", change, size_before=fa.size if fa else None,
+                    size_after=fb.size if fb else None)
 
 
 def _text_diff(a_root: Path, b_root: Path, path: str) -> list[str] | None:

@@ -31,10 +31,13 @@ from worldstore.errors import (
 )
 from worldstore.events import (
     GENESIS,
+    AppPayload,
     FileDeletePayload,
     FileWritePayload,
+    Payload,
     SqlPayload,
     StoredEvent,
+    blob_of,
     make_event,
 )
 from worldstore.interchange import DayBatch, export_line, read_days, to_payload
@@ -438,7 +441,8 @@ class Worlds:
         count = 0
         for event in self.store.events(persona, 0, last.last_seq):
             payload = event.payload
-            data = self.store.blob(payload.blob) if isinstance(payload, FileWritePayload) else None
+            blob = blob_of(payload)
+            data = self.store.blob(blob) if blob is not None else None
             out.write(export_line(persona, event.day, event.ts, payload, data))
             count += 1
         return count
@@ -462,8 +466,8 @@ def _stored_events(batch: DayBatch, first_seq: int, prev: str
     lines: dict[int, int] = {}
     for offset, sl in enumerate(batch.lines):
         payload, data = to_payload(sl.event)
-        if data is not None and isinstance(payload, FileWritePayload):
-            blobs[payload.blob] = data
+        if data is not None:
+            blobs[blob_of(payload) or ""] = data
         event = make_event(persona=batch.persona, seq=first_seq + offset, day=batch.day,
                            ts=sl.event.ts, prev=prev, payload=payload)
         stored.append(event)
@@ -487,9 +491,12 @@ def _make_writable(root: Path) -> None:
                 os.chmod(path, 0o644)
 
 
-def touched_by(payload: SqlPayload | FileWritePayload | FileDeletePayload,
-               table: str | None, file: str | None, service: str | None) -> bool:
+def touched_by(payload: Payload, table: str | None, file: str | None,
+               service: str | None) -> bool:
     """Whether an event plausibly wrote `table` of `service`, or `file` (for verify's report)."""
+    if file is not None and file.startswith("apps/"):
+        return isinstance(payload, AppPayload) and file.split("/")[1].split(".")[0] == \
+            payload.service
     if file is not None:
         return isinstance(payload, FileWritePayload | FileDeletePayload) and payload.path == file
     if isinstance(payload, SqlPayload) and payload.service == service:

@@ -24,7 +24,7 @@ import apsw
 import msgspec
 import xxhash
 
-from replay.layout import iter_workspace, list_services, service_db
+from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
 from worldstore.canonical import canonical_bytes, digest, digest_of
 from worldstore.errors import WorldDirError
@@ -52,10 +52,13 @@ class FileDigest(msgspec.Struct, frozen=True, array_like=True):
     link: str | None = None  # symlink target, for symlinks
 
 
-class Manifest(msgspec.Struct, frozen=True):
+class Manifest(msgspec.Struct, frozen=True, omit_defaults=True):
     format: int
     services: dict[str, ServiceManifest]
     files: dict[str, FileDigest]
+    # App pins (apps/<service>.json, carried code apps/<service>.py). Omitted when empty,
+    # so worlds without pins hash exactly as before pins existed.
+    apps: dict[str, FileDigest] = {}
 
     def world_hash(self) -> str:
         return digest_of(self)
@@ -178,7 +181,8 @@ def file_digest(path: Path) -> FileDigest:
 def world_manifest(root: Path) -> Manifest:
     services = {name: service_manifest(service_db(root, name)) for name in list_services(root)}
     files = {rel: file_digest(path) for rel, path in iter_workspace(root)}
-    return Manifest(format=MANIFEST_FORMAT, services=services, files=files)
+    apps = {name: file_digest(path) for name, path in iter_apps(root)}
+    return Manifest(format=MANIFEST_FORMAT, services=services, files=files, apps=apps)
 
 
 def hash_world(root: Path) -> str:

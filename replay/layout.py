@@ -15,6 +15,7 @@ from worldstore.names import check_relpath, is_service
 
 SERVICES = "services"
 WORKSPACE = "workspace"
+APPS = "apps"  # app pins: apps/<service>.json, and apps/<service>.py for carried code
 DB_SUFFIX = ".sqlite"
 # Sidecar files SQLite may leave next to a database; they belong to that database.
 SIDECARS = ("-journal", "-wal", "-shm")
@@ -45,10 +46,10 @@ def check_world_dir(root: Path) -> None:
     if not root.is_dir():
         raise WorldDirError(f"{root}: not a directory")
     for entry in sorted(os.listdir(root)):
-        if entry not in (SERVICES, WORKSPACE):
+        if entry not in (SERVICES, WORKSPACE, APPS):
             raise WorldDirError(
-                f"{root / entry}: unexpected entry; a world holds only {SERVICES}/ and "
-                f"{WORKSPACE}/"
+                f"{root / entry}: unexpected entry; a world holds only {SERVICES}/, "
+                f"{WORKSPACE}/ and {APPS}/"
             )
 
 
@@ -72,6 +73,14 @@ def workspace_path(root: Path, relpath: str) -> Path:
         if stat.S_ISLNK(mode):
             raise PathError(f"path {relpath!r} goes through a symlink ({current}); refused")
     return base / relpath
+
+
+def iter_apps(root: Path) -> list[tuple[str, Path]]:
+    """(file name, path) of the app pin files of a world, sorted."""
+    folder = root / APPS
+    if not folder.is_dir():
+        return []
+    return [(name, folder / name) for name in sorted(os.listdir(folder))]
 
 
 def iter_workspace(root: Path) -> list[tuple[str, Path]]:

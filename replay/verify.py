@@ -14,7 +14,7 @@ from replay.hashing import Manifest, decode_manifest, world_manifest
 from replay.materialize import build_days
 from worldstore.canonical import digest
 from worldstore.errors import ApplyError, NotFoundError, WorldError
-from worldstore.events import GENESIS, FileWritePayload, StoredEvent, recompute_id
+from worldstore.events import GENESIS, FileWritePayload, StoredEvent, blob_of, recompute_id
 from worldstore.store import DayRecord
 
 if TYPE_CHECKING:
@@ -144,21 +144,24 @@ def _check_blobs(worlds: Worlds, persona: str, events: list[StoredEvent], where:
             problems.append(Problem(persona, "chain", f"seq {event.seq}: body unreadable: {exc}",
                                     event.day, event.seq))
             continue
-        if not isinstance(payload, FileWritePayload):
+        blob = blob_of(payload)
+        if blob is None:
             continue
-        if payload.blob not in checked:
+        if blob not in checked:
             try:
-                data = worlds.store.blob(payload.blob)
-                checked[payload.blob] = None if digest(data) == payload.blob else "was modified"
+                data = worlds.store.blob(blob)
+                checked[blob] = None if digest(data) == blob else "was modified"
             except NotFoundError:
-                checked[payload.blob] = "is missing"
-        what = checked[payload.blob]
+                checked[blob] = "is missing"
+        what = checked[blob]
         if what:
             day, index = where(event)  # type: ignore[operator]
-            problems.append(Problem(persona, "blob", f"blob {payload.blob} (file "
-                                    f"{payload.path!r} of {persona}@{day} event #{index}) {what}",
-                                    day, event.seq, index, file=payload.path))
-            checked[payload.blob] = None  # report each blob once
+            path = payload.path if isinstance(payload, FileWritePayload) else \
+                f"apps/{getattr(payload, 'service', '?')}.py"
+            problems.append(Problem(persona, "blob", f"blob {blob} (file {path!r} of "
+                                    f"{persona}@{day} event #{index}) {what}",
+                                    day, event.seq, index, file=path))
+            checked[blob] = None  # report each blob once
 
 
 def _rederive(worlds: Worlds, persona: str, records: list[DayRecord],
@@ -225,4 +228,7 @@ def _first_difference(a: Manifest, b: Manifest) -> tuple[str | None, str | None,
     for path in sorted(set(a.files) | set(b.files)):
         if a.files.get(path) != b.files.get(path):
             return None, None, path
+    for name in sorted(set(a.apps) | set(b.apps)):
+        if a.apps.get(name) != b.apps.get(name):
+            return None, None, f"apps/{name}"
     return None, None, None

@@ -89,10 +89,14 @@ def test_golden_worlds_from_the_cache_match_a_replay(worlds: Worlds, tmp_path: P
 
 
 def test_features_log_covers_every_event_type_and_feature() -> None:
-    # If a new event type is added, it needs a golden line too (in a new version dir).
+    # If a new event type is added, it needs a golden line too (in a new version dir, or a
+    # new log in this one when the type is purely additive, like `app` in apps.jsonl).
     lines = [json.loads(line) for line in (GOLDEN / "v1" / "features.jsonl").read_text()
              .splitlines()]
-    assert {line["type"] for line in lines} == set(EVENT_TYPES)
+    every_log = [json.loads(line) for log in sorted((GOLDEN / "v1").glob("*.jsonl"))
+                 for line in log.read_text().splitlines()]
+    assert {line["type"] for line in every_log} == set(EVENT_TYPES)
+    assert {line["type"] for line in lines} == set(EVENT_TYPES) - {"app"}
     text = "\n".join(line.get("sql", "") for line in lines)
     for feature in ("WITHOUT ROWID", "AUTOINCREMENT", "PRAGMA user_version", "random()",
                     "randomblob(", "CURRENT_TIMESTAMP", "datetime('now')", "unixepoch()",

@@ -27,7 +27,7 @@ from worldstore.migrate import head_revision
 from worldstore.open import open_event_store
 from worldstore.sqlstore import SqlEventStore
 
-STORE_TABLES = {"personas", "events", "days", "blobs", "alembic_version"}
+STORE_TABLES = {"personas", "events", "days", "blobs", "episodes", "alembic_version"}
 FUTURE = "9999_from_the_future"
 
 

@@ -35,7 +35,7 @@ def _env(tmp_path: Path, demo_jsonl: Path) -> dict[str, str]:
 
 def test_setup_commands_are_the_demo_and_the_ci_test_command() -> None:
     demo_cmd, test_cmd = _bash_blocks()[:2]
-    assert "worldctl demo" in demo_cmd and "pip install -e ." in demo_cmd
+    assert "worldctl demo" in demo_cmd and 'pip install -e ".[envs]"' in demo_cmd
     assert test_cmd.strip() == "bash scripts/test.sh"
     ci_lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert test_cmd.strip() in ci_lines, ".ci/run must run exactly the README's test command"
@@ -57,6 +57,8 @@ def test_demo_command_runs_the_main_job(tmp_path: Path, demo_jsonl: Path) -> Non
         assert len(worlds.store.days("lars")) == 8
     assert f"{recorded}  (recorded: {recorded})" in proc.stdout
     assert "table shop.orders (changed): +1" in proc.stdout
+    assert "episode verify OK" in proc.stdout  # the environment half of the demo
+    assert "file jobs/nordlys/install-checklist.md (changed" in proc.stdout
 
 
 def test_cli_tour_runs(tmp_path: Path, demo_jsonl: Path) -> None:

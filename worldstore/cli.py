@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 import click
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from replay.diff import WorldDiff
 from replay.engine import DayResult, VerifyReport, Worlds
@@ -219,6 +221,107 @@ def export(ctx: click.Context, persona: str, through_day: int | None) -> None:
     sys.stdout.flush()
 
 
+@cli.group()
+def episode() -> None:
+    """Stored agent episodes: show, replay and verify them."""
+
+
+@episode.command("show")
+@click.argument("episode_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+@_fail_cleanly
+def episode_show(ctx: click.Context, episode_id: str, as_json: bool) -> None:
+    """The calls of episode EPISODE_ID (tool or command, error flag, response) and the
+    number of effects each had."""
+    from envs.episode import DbChange, FileChange, ToolCall
+    from envs.episodes_store import decode_episode
+
+    record = _worlds(ctx).store.episode(episode_id)
+    ep = decode_episode(record)
+    n_db = sum(isinstance(e, DbChange) for e in ep.events)
+    n_files = sum(isinstance(e, FileChange) for e in ep.events)
+    if as_json:
+        _json({"episode_id": ep.episode_id, "persona": ep.persona, "day": ep.day,
+               "world_hash": ep.world_hash, "final_hash": record.final_hash,
+               "n_calls": len(ep.calls), "effects": {"db_change": n_db, "file_change": n_files},
+               "events": ep.events})
+        return
+    effects: dict[int, list[str]] = {}
+    for e in ep.events:
+        if isinstance(e, DbChange | FileChange):
+            effects.setdefault(e.index, []).append(
+                f"db {e.service}" if isinstance(e, DbChange) else f"file {e.path}")
+    table = Table("#", "ts", "call", "error", "effects", "response",
+                  title=f"episode {ep.episode_id}")
+    n_errors = 0
+    for c in ep.calls:
+        if isinstance(c, ToolCall):
+            call, failed, response = c.tool, c.is_error, c.text
+        else:
+            call = f"$ {c.command}"
+            failed = c.timed_out or c.exit_code != 0
+            response = c.stdout or c.stderr
+        n_errors += failed
+        table.add_row(str(c.index), c.ts, Text(_clip(call, 40)), "ERROR" if failed else "",
+                      Text(", ".join(effects.get(c.index, []))), Text(_clip(response, 60)))
+    out.print(f"{ep.persona}@{ep.day}  {ep.world_hash} -> {record.final_hash or '(none)'}",
+              markup=False)
+    out.print(table)
+    out.print(f"{len(ep.calls)} calls, {n_errors} errors; effects: {n_db} db changes, "
+              f"{n_files} file changes")
+
+
+@episode.command("replay")
+@click.argument("episode_id")
+@click.pass_context
+@_fail_cleanly
+def episode_replay(ctx: click.Context, episode_id: str) -> None:
+    """Apply the effects of EPISODE_ID to a fresh mount of its snapshot; print the world
+    hash. Exits 1 if it differs from the recorded final hash."""
+    from envs.episodes_store import decode_episode, replay_episode
+
+    worlds = _worlds(ctx)
+    record = worlds.store.episode(episode_id)
+    ep = decode_episode(record)
+    replayed = replay_episode(worlds, ep)
+    out.print(replayed)
+    recorded = {record.final_hash, ep.final_hash}
+    if recorded != {replayed}:
+        err.print(f"[red]MISMATCH[/red]: episode {escape(episode_id)} replays to {replayed}, "
+                  f"the recorded final hash is {record.final_hash} (in its body: "
+                  f"{ep.final_hash})", markup=True, highlight=False)
+        sys.exit(1)
+
+
+@episode.command("verify")
+@click.argument("episode_ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Verify every episode (the default).")
+@click.pass_context
+@_fail_cleanly
+def episode_verify(ctx: click.Context, episode_ids: tuple[str, ...], all_: bool) -> None:
+    """Replay stored episodes and check each against its recorded final hash.
+
+    Exits 1 and names each episode that fails.
+    """
+    from envs.episodes_store import verify_episode
+
+    worlds = _worlds(ctx)
+    ids = list(episode_ids) if episode_ids and not all_ else [
+        r.episode_id for r in worlds.store.episodes()]
+    failed = 0
+    for episode_id in ids:
+        ok, message = verify_episode(worlds, episode_id)
+        failed += not ok
+        out.print(f"{'[green]ok[/green]' if ok else '[red]FAILED[/red]'} {escape(message)}",
+                  markup=True, highlight=False)
+    summary = f"{len(ids)} episodes checked"
+    if failed:
+        out.print(f"[red]episode verify FAILED[/red]: {summary}; {failed} failed", markup=True)
+        sys.exit(1)
+    out.print(f"[green]episode verify OK[/green]: {summary}", markup=True)
+
+
 @cli.command()
 @click.option("--day", default=5, show_default=True, help="Day to check out and diff.")
 @click.option("--checkout-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -248,8 +351,69 @@ def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
     out.print(f"{world_manifest(target).world_hash()}  (recorded: {record.world_hash})")
     _step(f"worldctl diff lars@{day - 1} lars@{day}")
     _print_diff(worlds.diff(f"lars@{day - 1}", f"lars@{day}"), 8)
-    if not report.ok or any(r.status != "replayed" for r in results):
+    episode_ok = _demo_episode(ctx, worlds)
+    if not report.ok or any(r.status != "replayed" for r in results) or not episode_ok:
         sys.exit(1)
+
+
+def _demo_episode(ctx: click.Context, worlds: Worlds) -> bool:
+    """The environment half of the demo: an instance, an MCP + shell episode, its diff,
+    and its verification by replay."""
+    try:
+        from envs.demo import run_demo_episode
+    except ImportError as exc:
+        out.print(f"\nskipped the episode demo: the environment extra is not installed "
+                  f"({exc}); pip install -e '.[envs]'", markup=False)
+        return True
+    _step("python: Environment(worlds).open('lars@7') + MCP client + shell (envs/demo.py)")
+    result = run_demo_episode(worlds)
+    for line in result.lines:
+        out.print(f"  {line}", markup=False)
+    if result.shell_skipped:
+        out.print(f"  NOTE: {result.shell_skipped}", markup=False)
+    _step(f"worldctl episode show {result.episode_id}")
+    ctx.invoke(episode_show, episode_id=result.episode_id, as_json=False)
+    out.print("diff of the instance against its snapshot:")
+    _print_diff(result.diff, 6)
+    _step(f"worldctl episode verify {result.episode_id}")
+    out.print("episode verify OK" if result.replayed_ok else "episode verify FAILED")
+    return result.replayed_ok
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; beyond loopback a token is required.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--token", envvar="WORLDCTL_TOKEN", default=None,
+              help="Bearer token every request must carry (env WORLDCTL_TOKEN).")
+@click.option("--max-instances", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option("--idle-timeout", default=600.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds without a request after which an instance is closed.")
+@click.option("--call-timeout", default=30.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a tool call may take before the agent gets a timeout error.")
+@click.option("--mode", type=click.Choice(["tools", "meta"]), default="tools",
+              show_default=True, help="MCP surface of new instances: every tool, or "
+                                      "list_tools/call_tool.")
+@click.pass_context
+@_fail_cleanly
+def serve(ctx: click.Context, host: str, port: int, token: str | None, max_instances: int,
+          idle_timeout: float, call_timeout: float, mode: str) -> None:
+    """Serve instances of the stored worlds to agents: REST at /instances, MCP
+    (streamable HTTP) at /instances/<id>/mcp."""
+    try:
+        from envs.gateway import check_bind
+        from envs.gateway import serve as run_gateway
+        from envs.instance import Environment
+    except ImportError as exc:
+        err.print(f"[red]error:[/red] worldctl serve needs the envs extra "
+                  f"(pip install 'agent-worlds[envs]'): {exc}", markup=True)
+        sys.exit(2)
+    check_bind(host, token)
+    run_gateway(Environment(_worlds(ctx)), host=host, port=port, token=token,
+                max_instances=max_instances, idle_timeout=idle_timeout,
+                call_timeout=call_timeout, mode=mode)
 
 
 # --- rendering ------------------------------------------------------------------------
@@ -265,6 +429,11 @@ def _step(command: str) -> None:
 
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -10,7 +10,8 @@
     │   ├── StoreVersionError       the store's schema is newer than this code
     │   └── NotFoundError           unknown persona, day, hash or blob
     ├── IntegrityError              stored data that does not match its own hashes
-    └── WorldDirError               a directory that is not a world (bad layout)
+    ├── WorldDirError               a directory that is not a world (bad layout)
+    └── SandboxError                no usable sandbox, or a command it cannot run
 
 Driver errors (sqlite3, psycopg, apsw) are translated in one place per adapter;
 nothing outside those adapters catches a driver error.
@@ -88,3 +89,7 @@ class IntegrityError(WorldError):
 
 class WorldDirError(WorldError):
     """A directory that does not have the layout of a world."""
+
+
+class SandboxError(WorldError):
+    """No usable sandbox (bubblewrap or Docker), or a command or workspace it refuses."""

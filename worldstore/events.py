@@ -53,8 +53,19 @@ class FileDeleteLine(_Wire, tag="file_delete", frozen=True):
     path: str
 
 
-Line = SqlLine | FileWriteLine | FileDeleteLine
-EVENT_TYPES: tuple[str, ...] = ("sql", "file_write", "file_delete")
+class AppLine(_Wire, tag="app", frozen=True):
+    """Pins the app (the tools' code) that serves a service in this world: a shipped app by
+    name, version and digest of its source, or an app carried in the log as code."""
+
+    service: str
+    app: str
+    version: str
+    digest: str | None = None
+    code: str | None = None
+
+
+Line = SqlLine | FileWriteLine | FileDeleteLine | AppLine
+EVENT_TYPES: tuple[str, ...] = ("sql", "file_write", "file_delete", "app")
 
 
 # --- stored payloads ------------------------------------------------------------------
@@ -83,7 +94,24 @@ class FileDeletePayload(_Payload, tag="file_delete", frozen=True):
     path: str
 
 
-Payload = SqlPayload | FileWritePayload | FileDeletePayload
+class AppPayload(_Payload, tag="app", frozen=True):
+    service: str
+    app: str
+    version: str
+    digest: str  # xxh3-128 of the app's source text
+    carried: bool  # True: the source is in the log, as the blob `digest`
+
+
+Payload = SqlPayload | FileWritePayload | FileDeletePayload | AppPayload
+
+def blob_of(payload: Payload) -> str | None:
+    """The digest of the blob an event's payload refers to, if any."""
+    if isinstance(payload, FileWritePayload):
+        return payload.blob
+    if isinstance(payload, AppPayload) and payload.carried:
+        return payload.digest
+    return None
+
 
 _PAYLOAD_JSON = msgspec.json.Encoder(order="deterministic")
 _PAYLOAD_DECODER = msgspec.json.Decoder(Payload)

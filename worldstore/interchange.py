@@ -19,6 +19,8 @@ import msgspec
 from worldstore.canonical import digest
 from worldstore.errors import InputError, PathError
 from worldstore.events import (
+    AppLine,
+    AppPayload,
     FileDeleteLine,
     FileDeletePayload,
     FileWriteLine,
@@ -37,6 +39,7 @@ _FIELD_AT = re.compile(r"at `\$\.?([^`]*)`")
 _FIELD_NAMED = re.compile(r"field `([^`]*)`")
 BLOB_PARAM_KEY = "$base64"
 MAX_INT = 2**63 - 1
+_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,9 @@ def check_line(event: Line, *, source: str, line: int) -> None:
             raise bad(problem, "sql")
         _check_params(event.params, bad)
         return
+    if isinstance(event, AppLine):
+        _check_app(event, bad)
+        return
     try:
         check_relpath(event.path)
     except PathError as exc:
@@ -113,6 +119,19 @@ def check_line(event: Line, *, source: str, line: int) -> None:
                 base64.b64decode(event.base64, validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise bad(f"invalid base64: {exc}", "base64") from None
+
+
+def _check_app(event: AppLine, bad: Any) -> None:
+    if not is_service(event.service):
+        raise bad(f"bad service name {event.service!r}: use [a-z][a-z0-9_]*", "service")
+    if not event.app or not event.version:
+        raise bad("an app event names the app and its version", "app" if not event.app
+                  else "version")
+    if (event.digest is None) == (event.code is None):
+        raise bad("an app event has exactly one of 'digest' (a shipped app) or 'code' "
+                  "(an app carried in the log)", "digest")
+    if event.digest is not None and not _HEX32.fullmatch(event.digest):
+        raise bad(f"digest {event.digest!r} is not an xxh3-128 hex digest", "digest")
 
 
 def _check_params(params: Params | None, bad: Any) -> None:
@@ -184,6 +203,12 @@ def to_payload(event: Line) -> tuple[Payload, bytes | None]:
         return SqlPayload(service=event.service, sql=event.sql, params=event.params), None
     if isinstance(event, FileDeleteLine):
         return FileDeletePayload(path=event.path), None
+    if isinstance(event, AppLine):
+        code = event.code.encode("utf-8") if event.code is not None else None
+        pin = digest(code) if code is not None else event.digest
+        assert pin is not None
+        return AppPayload(service=event.service, app=event.app, version=event.version,
+                          digest=pin, carried=code is not None), code
     if event.text is not None:
         data, encoding = event.text.encode("utf-8"), "text"
     else:
@@ -205,6 +230,14 @@ def export_line(persona: str, day: int, ts: str, payload: Payload, blob: bytes |
             obj["params"] = payload.params
     elif isinstance(payload, FileDeletePayload):
         obj.update(type="file_delete", path=payload.path)
+    elif isinstance(payload, AppPayload):
+        obj.update(type="app", service=payload.service, app=payload.app,
+                   version=payload.version)
+        if payload.carried:
+            assert blob is not None
+            obj["code"] = blob.decode("utf-8")
+        else:
+            obj["digest"] = payload.digest
     else:
         assert blob is not None
         obj.update(type="file_write", path=payload.path)

@@ -50,3 +50,14 @@ blobs = sa.Table(
     sa.Column("size", sa.BigInteger, nullable=False),
     sa.Column("data", sa.LargeBinary, nullable=False),
 )
+
+episodes = sa.Table(
+    "episodes", metadata,
+    sa.Column("episode_id", sa.String(32), primary_key=True),
+    sa.Column("world_hash", sa.String(32), nullable=False, index=True),
+    sa.Column("persona", sa.String(64), nullable=False),
+    sa.Column("day", sa.Integer, nullable=False),
+    sa.Column("final_hash", sa.String(32), nullable=True),
+    sa.Column("n_calls", sa.Integer, nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),  # the Episode as JSON, opaque here
+)

@@ -20,8 +20,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from worldstore.errors import ConflictError, DayOrderError, NotFoundError, StoreError
 from worldstore.events import StoredEvent
-from worldstore.schema import blobs, days, events, metadata, personas
-from worldstore.store import DayRecord, EventStore, NewDay, PersonaSummary
+from worldstore.schema import blobs, days, episodes, events, metadata, personas
+from worldstore.store import DayRecord, EpisodeRecord, EventStore, NewDay, PersonaSummary
 
 WRITE_OPTION = "worldstore_write"
 EVENT_PAGE = 5000
@@ -235,6 +235,48 @@ class SqlEventStore(EventStore):
             }
         return wanted - found
 
+    # --- episodes -------------------------------------------------------------------
+
+    def put_episode(self, record: EpisodeRecord) -> None:
+        insert = postgresql.insert(episodes) if self._is_pg else sqlite.insert(episodes)
+        stmt = insert.on_conflict_do_nothing(index_elements=["episode_id"])
+        try:
+            with self.writer.begin() as conn:
+                if conn.execute(stmt, _episode_row(record)).rowcount == 1:
+                    return
+                # Already stored (by us earlier, or by a racing writer that committed
+                # first): fine if it is the same episode, a conflict otherwise.
+                stored = conn.execute(
+                    sa.select(episodes).where(episodes.c.episode_id == record.episode_id)
+                ).mappings().first()
+        except (sa.exc.IntegrityError, sa.exc.OperationalError, sa.exc.DataError) as exc:
+            raise StoreError(f"episode {record.episode_id}: store error, nothing written: "
+                             f"{exc.orig}") from None
+        if stored is not None and _episode_record(stored) == record:
+            return
+        raise ConflictError(
+            f"episode {record.episode_id} is already stored with different contents; "
+            "episodes are write-once; nothing was written"
+        )
+
+    def episode(self, episode_id: str) -> EpisodeRecord:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(episodes).where(episodes.c.episode_id == episode_id)
+            ).mappings().first()
+        if row is None:
+            raise NotFoundError(f"episode {episode_id}: no such episode in {self.url}")
+        return _episode_record(row)
+
+    def episodes(self, world_hash: str | None = None) -> list[EpisodeRecord]:
+        query = sa.select(episodes)
+        if world_hash is not None:
+            query = query.where(episodes.c.world_hash == world_hash)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(episodes.c.episode_id)).mappings()
+            # Code-point order whatever the collation (see personas()).
+            return sorted((_episode_record(r) for r in rows), key=lambda r: r.episode_id)
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -259,6 +301,21 @@ def _day_record(row: Any) -> DayRecord:
         persona=row["persona"], day=row["day"], first_seq=row["first_seq"],
         last_seq=row["last_seq"], first_ts=row["first_ts"], last_ts=row["last_ts"],
         head=row["head"], world_hash=row["world_hash"], manifest=bytes(row["manifest"]),
+    )
+
+
+def _episode_row(r: EpisodeRecord) -> dict[str, Any]:
+    return {
+        "episode_id": r.episode_id, "world_hash": r.world_hash, "persona": r.persona,
+        "day": r.day, "final_hash": r.final_hash, "n_calls": r.n_calls, "body": r.body,
+    }
+
+
+def _episode_record(row: Any) -> EpisodeRecord:
+    return EpisodeRecord(
+        episode_id=row["episode_id"], world_hash=row["world_hash"], persona=row["persona"],
+        day=row["day"], final_hash=row["final_hash"], n_calls=row["n_calls"],
+        body=bytes(row["body"]),
     )
 
 

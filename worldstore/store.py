@@ -9,6 +9,8 @@ Guarantees every implementation keeps (tests/test_store_contract.py checks them 
 * Optimistic concurrency: ``append_day`` names the ``seq`` it expects the persona to end
   at; if another writer got there first it raises ConflictError and writes nothing.
 * Blobs are content-addressed: storing the same bytes twice keeps one copy.
+* Episodes are write-once: storing an episode again with the identical record is a no-op;
+  a different record under a stored episode_id is a ConflictError and changes nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ class NewDay(msgspec.Struct, frozen=True, kw_only=True):
     blobs: dict[str, bytes]
 
 
+class EpisodeRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored episode: a few columns to find it by, and its body, which the store keeps
+    as opaque bytes (the environment layer's Episode as JSON; see envs.episodes_store)."""
+
+    episode_id: str
+    world_hash: str  # the snapshot the episode started from
+    persona: str
+    day: int
+    final_hash: str | None  # the world hash the instance ended at, if recorded
+    n_calls: int
+    body: bytes
+
+
 class EventStore(abc.ABC):
     """Where persona-day event logs and their blobs live."""
 
@@ -97,6 +112,20 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def missing_blobs(self, digests: Iterable[str]) -> set[str]: ...
+
+    @abc.abstractmethod
+    def put_episode(self, record: EpisodeRecord) -> None:
+        """Store an episode. Storing the same episode_id again with an identical record is
+        a no-op; with a different one (body or columns) it raises ConflictError and
+        changes nothing."""
+
+    @abc.abstractmethod
+    def episode(self, episode_id: str) -> EpisodeRecord:
+        """One episode; NotFoundError if absent. The body is returned as stored."""
+
+    @abc.abstractmethod
+    def episodes(self, world_hash: str | None = None) -> list[EpisodeRecord]:
+        """Every episode (or those that started from `world_hash`), sorted by episode_id."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -101,6 +101,10 @@ class World:
     def delete(self, path: str) -> str:
         return self._emit("file_delete", {"path": path})
 
+    def pin_app(self, service: str, app: str, version: str, digest: str) -> str:
+        return self._emit("app", {"service": service, "app": app, "version": version,
+                                  "digest": digest})
+
     def dump(self) -> str:
         return "".join(
             json.dumps(ev, ensure_ascii=False, separators=(",", ":")) + "\n" for ev in self.events
@@ -1457,8 +1461,20 @@ def day7() -> None:
              "17:05")
 
 
+def pin_shipped_apps() -> None:
+    """Pin the exact code of the apps that serve the demo's services (the world hash
+    covers it). Editing an app changes its digest: regenerate this file afterwards."""
+    from envs.apps import SHIPPED  # needs the project installed (its venv)
+
+    for service in sorted(SHIPPED):
+        app = SHIPPED[service]
+        W.pin_app(service, app.name, app.version, app.digest)
+
+
 def build() -> str:
-    for step in (day0, day1, day2, day3, day4, day5, day6, day7):
+    day0()
+    pin_shipped_apps()
+    for step in (day1, day2, day3, day4, day5, day6, day7):
         step()
     return W.dump()
 

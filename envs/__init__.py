@@ -1,0 +1,1 @@
+"""agent-worlds environments: serve world instances to agents (tools, shell, episodes)."""

@@ -1,0 +1,124 @@
+"""Episodes: everything an instance did, as events on top of its snapshot.
+
+An episode starts at a snapshot (its world hash). Every tool call appends a ``ToolCall``
+record (tool, arguments, response); every shell command a ``ShellCall``. Calls that change
+state are followed by their effects: ``DbChange`` (the SQLite session extension's
+changeset of one service, plus its ``sqlite_sequence`` rows when they moved) and
+``FileChange`` (a workspace file written or deleted). Replaying the effects, in order, onto
+a fresh mount of the snapshot reproduces the instance's final world, hash for hash.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import msgspec
+
+from replay.files import remove_tree
+from replay.layout import WORKSPACE, workspace_path
+from replay.mount import Mount
+
+
+class _Event(msgspec.Struct, kw_only=True, frozen=True, tag_field="type"):
+    index: int  # the call this event belongs to (0, 1, 2, ...)
+
+
+class ToolCall(_Event, tag="tool_call", frozen=True):
+    ts: str
+    tool: str
+    arguments: dict[str, object]
+    is_error: bool
+    text: str
+    structured: object = None
+    writes: bool = False
+
+
+class ShellCall(_Event, tag="shell_call", frozen=True):
+    ts: str
+    command: str
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool
+
+
+class DbChange(_Event, tag="db_change", frozen=True):
+    service: str
+    changeset: bytes
+    sequences: list[tuple[str, int]] | None = None  # sqlite_sequence after the call
+
+
+class FileChange(_Event, tag="file_change", frozen=True):
+    path: str
+    data: bytes | None  # None: the file was deleted
+    link: str | None = None  # symlink target, for symlinks
+
+
+EpisodeEvent = ToolCall | ShellCall | DbChange | FileChange
+EFFECTS = (DbChange, FileChange)
+
+
+class Episode(msgspec.Struct, kw_only=True):
+    episode_id: str
+    world_hash: str
+    persona: str
+    day: int
+    events: list[EpisodeEvent] = msgspec.field(default_factory=list)
+    final_hash: str | None = None
+
+    @property
+    def calls(self) -> list[ToolCall | ShellCall]:
+        return [e for e in self.events if isinstance(e, ToolCall | ShellCall)]
+
+    def to_json(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Episode:
+        return msgspec.json.decode(data, type=cls)
+
+
+def apply_effects(mount: Mount, events: list[EpisodeEvent]) -> None:
+    """Replay an episode's effects onto a mount of its snapshot (in order)."""
+    for event in events:
+        if isinstance(event, DbChange):
+            _apply_db_change(mount.db_path(event.service), event)
+        elif isinstance(event, FileChange):
+            _apply_file_change(mount.path, event)
+
+
+def _apply_db_change(path: Path, change: DbChange) -> None:
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("BEGIN")
+        apsw.Changeset.apply(change.changeset, conn)
+        if change.sequences is not None:
+            conn.execute("DELETE FROM sqlite_sequence")
+            for name, seq in change.sequences:
+                conn.execute("INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)", (name, seq))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _apply_file_change(root: Path, change: FileChange) -> None:
+    target = workspace_path(root, change.path)
+    if target.is_dir() and not target.is_symlink():
+        remove_tree(target)
+    if change.data is None and change.link is None:
+        target.unlink(missing_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or target.exists():
+        target.unlink()
+    if change.link is not None:
+        target.symlink_to(change.link)
+    else:
+        assert change.data is not None
+        target.write_bytes(change.data)
+
+
+def workspace_root(root: Path) -> Path:
+    return root / WORKSPACE

@@ -1,0 +1,130 @@
+"""Episodes in the world store: save, load, replay and verify.
+
+The store keeps an episode as opaque bytes (the ``Episode`` as JSON) next to a few columns
+to find it by (world hash, persona, day, final hash, number of calls); this module is the
+one place that turns one into the other. An episode is write-once: saving the same episode
+again is a no-op, saving a different one under a stored id is a ConflictError.
+
+``verify_episode`` is the check that an episode is what it claims: its body decodes and
+agrees with its columns, it starts from a stored persona-day, and its effects, replayed
+onto a fresh mount of that snapshot, give the recorded final hash.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import apsw
+import msgspec
+
+from envs.episode import Episode, apply_effects
+from worldstore.errors import IntegrityError, WorldError
+from worldstore.store import EpisodeRecord
+
+if TYPE_CHECKING:
+    from envs.instance import Instance
+    from replay.engine import Worlds
+
+
+def episode_record(episode: Episode) -> EpisodeRecord:
+    """The store's record of `episode` (its body is the Episode's JSON)."""
+    return EpisodeRecord(
+        episode_id=episode.episode_id, world_hash=episode.world_hash,
+        persona=episode.persona, day=episode.day, final_hash=episode.final_hash,
+        n_calls=len(episode.calls), body=episode.to_json(),
+    )
+
+
+def save_episode(worlds: Worlds, item: Instance | Episode) -> str:
+    """Store an instance's current episode (or an Episode); returns its episode_id.
+
+    The final hash recorded is the instance's world hash now; for a bare Episode its own
+    ``final_hash``, or, when it has none, the hash its effects replay to. The instance's
+    episode object is left as it is.
+    """
+    if isinstance(item, Episode):
+        episode = item
+        if episode.final_hash is None:
+            episode = msgspec.structs.replace(episode,
+                                              final_hash=replay_episode(worlds, episode))
+    else:
+        episode = msgspec.structs.replace(item.episode, final_hash=item.hash())
+    worlds.store.put_episode(episode_record(episode))
+    return episode.episode_id
+
+
+def load_episode(worlds: Worlds, episode_id: str) -> Episode:
+    """The stored episode; NotFoundError if absent, IntegrityError if its body is bad."""
+    return decode_episode(worlds.store.episode(episode_id))
+
+
+def decode_episode(record: EpisodeRecord) -> Episode:
+    try:
+        return Episode.from_json(record.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise IntegrityError(
+            f"episode {record.episode_id}: the stored body is not a valid episode: {exc}"
+        ) from None
+
+
+def replay_episode(worlds: Worlds, episode: Episode) -> str:
+    """Apply the episode's effects, in order, to a fresh mount of its snapshot; return the
+    world hash they give. The mount is removed afterwards."""
+    with worlds.mount(episode.world_hash) as mount:
+        try:
+            apply_effects(mount, episode.events)
+        except apsw.Error as exc:
+            raise IntegrityError(
+                f"episode {episode.episode_id}: its effects do not apply to world "
+                f"{episode.world_hash}: {type(exc).__name__}: {exc}"
+            ) from None
+        return mount.hash()
+
+
+def verify_episode(worlds: Worlds, episode_id: str) -> tuple[bool, str]:
+    """Check a stored episode; (ok, a one-line message that names the episode).
+
+    NotFoundError (not a failed check) if no episode has that id.
+    """
+    record = worlds.store.episode(episode_id)
+    where = f"episode {episode_id} ({record.persona}@{record.day}, {record.n_calls} calls)"
+    try:
+        episode = decode_episode(record)
+    except IntegrityError as exc:
+        return False, str(exc)
+    disagree = _disagreements(record, episode)
+    if disagree:
+        return False, f"{where}: the stored record disagrees with its body: {disagree}"
+    starts = worlds.store.days_with_hash(record.world_hash)
+    if not starts:
+        return False, (f"{where}: starts from world {record.world_hash}, which is not a "
+                       "stored persona-day")
+    if (record.persona, record.day) not in {(r.persona, r.day) for r in starts}:
+        names = ", ".join(f"{r.persona}@{r.day}" for r in starts)
+        return False, (f"{where}: world {record.world_hash} is the hash of {names}, not of "
+                       f"{record.persona}@{record.day}")
+    if record.final_hash is None:
+        return False, f"{where}: no final hash was recorded; nothing to verify against"
+    try:
+        replayed = replay_episode(worlds, episode)
+    except WorldError as exc:
+        reason = str(exc).removeprefix(f"episode {episode_id}: ")
+        return False, f"{where}: replay failed: {reason}"
+    if replayed != record.final_hash:
+        return False, (f"{where}: replays to {replayed}, but the recorded final hash is "
+                       f"{record.final_hash}")
+    return True, f"{where}: replays to the recorded final hash {replayed}"
+
+
+def _disagreements(record: EpisodeRecord, episode: Episode) -> str:
+    body = episode_record(episode)
+    wrong = [
+        f"{name} {getattr(record, name)!r} (body: {getattr(body, name)!r})"
+        for name in ("episode_id", "world_hash", "persona", "day", "final_hash", "n_calls")
+        if getattr(record, name) != getattr(body, name)
+    ]
+    return "; ".join(wrong)
+
+
+__all__ = ["decode_episode", "episode_record", "load_episode", "replay_episode",
+           "save_episode", "verify_episode"]

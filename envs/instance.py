@@ -1,0 +1,428 @@
+"""Instances: an isolated, resettable copy of a world that agents act on through tools
+and a shell, with every call recorded as an episode.
+
+``Environment`` opens instances of ``persona@day`` (or of a world hash) from a ``Worlds``
+store. An ``Instance`` owns a mount of the snapshot, one SQLite connection per service,
+a deterministic clock (it starts at the snapshot's last timestamp and advances one second
+per call) and the episode. Tools of shipped apps run in this process; the shell runs in
+the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import apsw
+import msgspec
+from fastmcp import FastMCP
+from fastmcp.exceptions import NotFoundError as McpNotFound
+from fastmcp.exceptions import ToolError as McpToolError
+from fastmcp.exceptions import ValidationError as McpValidationError
+from fastmcp.tools import Tool
+from mcp.types import ToolAnnotations
+
+from envs.app import App, ToolContext, ToolSpec, bind
+from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
+from replay.diff import WorldDiff
+from replay.engine import Worlds, ref_is_stable
+from replay.hashing import file_digest
+from replay.layout import iter_apps, iter_workspace
+from replay.mount import Mount
+from replay.sqlite import freeze, open_event_db
+from worldstore.canonical import digest_of
+from worldstore.errors import WorldError
+from worldstore.names import ts_millis
+from worldstore.store import DayRecord
+
+T = TypeVar("T")
+_CURRENT: contextvars.ContextVar[Instance] = contextvars.ContextVar("agentworlds_instance")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
+_TOOLS_FOR_APPS: dict[tuple[int, ...], tuple[tuple[App, ...], ToolSet]] = {}
+_TOOLS_LOCK = threading.Lock()
+
+
+class InstanceClosed(WorldError):
+    """A call on an instance that was closed."""
+
+
+class AppPinError(WorldError):
+    """A world pins app code that this installation cannot serve."""
+
+
+def read_pins(root: Path) -> dict[str, dict[str, Any]]:
+    """The app pins of a world directory, by service."""
+    pins = {}
+    for name, path in iter_apps(root):
+        if name.endswith(".json"):
+            pin = msgspec.json.decode(path.read_bytes())
+            pins[str(pin["service"])] = pin
+    return pins
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    writes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What the agent sees: text (JSON for structured results), and an error flag."""
+
+    is_error: bool
+    text: str
+    structured: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    """The tools of a set of apps: one FastMCP server (schemas, argument validation) shared
+    by every instance; each call runs against the instance in the current context."""
+
+    server: FastMCP
+    specs: dict[str, ToolSpec]
+    infos: list[ToolInfo]
+
+
+def tool_set(apps: list[App]) -> ToolSet:
+    key = tuple(sorted(id(a) for a in apps))
+    with _TOOLS_LOCK:
+        found = _TOOLS_FOR_APPS.get(key)
+        if found is None:
+            found = _TOOLS_FOR_APPS[key] = (tuple(apps), _build_tool_set(apps))
+    return found[1]
+
+
+def _build_tool_set(apps: list[App]) -> ToolSet:
+    _quiet_fastmcp()
+    server = FastMCP("agent-worlds")
+    specs: dict[str, ToolSpec] = {}
+    infos = []
+    for app in sorted(apps, key=lambda a: a.service):
+        for spec in sorted(app.tools.values(), key=lambda s: s.name):
+            tool = Tool.from_function(
+                bind(spec, _run_in_current), name=spec.full_name,
+                description=spec.description, run_in_thread=False,
+                annotations=ToolAnnotations(read_only_hint=not spec.writes),
+            )
+            server.add_tool(tool)
+            specs[spec.full_name] = spec
+            infos.append(ToolInfo(spec.full_name, spec.description, tool.parameters,
+                                  tool.output_schema, spec.writes))
+    return ToolSet(server, specs, infos)
+
+
+def _quiet_fastmcp() -> None:
+    # FastMCP logs every failed call; for an RL environment a refused call is data the
+    # agent receives, not an operational error.
+    import logging
+
+    logging.getLogger("fastmcp").setLevel(logging.CRITICAL)
+
+
+def _run_in_current(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+    return _CURRENT.get()._execute(spec, kwargs)
+
+
+class Environment:
+    """Opens instances of stored worlds with the apps that serve their services."""
+
+    def __init__(self, worlds: Worlds, apps: dict[str, App] | None = None, *,
+                 check_pins: bool = True) -> None:
+        """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
+        pins are ignored and `apps` serve its services by name (for testing other code
+        against a world; never for training data)."""
+        if apps is None:
+            from envs.apps import SHIPPED
+
+            apps = SHIPPED
+        self.worlds = worlds
+        self.apps = dict(apps)
+        self.check_pins = check_pins
+        self._ids = itertools.count(1)
+        # persona@N and world hashes always name the same stored day (Worlds.mount caches
+        # them the same way): resolve each once, not with two store queries per open.
+        self._records: dict[str, DayRecord] = {}
+
+    def open(self, ref: str) -> Instance:
+        record = self._records.get(ref)
+        if record is None:
+            record = self.worlds.resolve(ref)
+            if ref_is_stable(ref):
+                self._records[ref] = record
+        mount = self.worlds.mount(record.world_hash)
+        try:
+            apps = self._apps_for(mount)
+        except AppPinError:
+            mount.close()
+            raise
+        return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}")
+
+    def _apps_for(self, mount: Mount) -> list[App]:
+        """The apps serving a world's services. A service the world pins must be served by
+        exactly the pinned code (name, version and source digest); an unpinned service is
+        served by the app of the same service name, if there is one."""
+        pins = read_pins(mount.path) if self.check_pins else {}
+        apps = []
+        for service in sorted(mount.manifest.services):
+            app = self.apps.get(service)
+            pin = pins.get(service)
+            if pin is not None:
+                if pin.get("carried"):
+                    raise AppPinError(
+                        f"service {service!r} is served by app {pin['app']!r} carried in the "
+                        "world's log; running carried app code needs the sandboxed app "
+                        "worker, which this version does not have")
+                if app is None or (app.name, app.version, app.digest) != (
+                        pin["app"], pin["version"], pin["digest"]):
+                    have = f"{app.name} {app.version} ({app.digest})" if app else "no app"
+                    raise AppPinError(
+                        f"the world pins app {pin['app']} {pin['version']} ({pin['digest']}) "
+                        f"for service {service!r}; this install has {have}")
+            if app is not None:
+                apps.append(app)
+        return apps
+
+
+class Instance:
+    """One agent's private world. Not for concurrent use by several agents."""
+
+    def __init__(self, mount: Mount, record: DayRecord, apps: list[App], *,
+                 instance_id: str) -> None:
+        self.mount = mount
+        self.record = record
+        self.instance_id = instance_id
+        tools = tool_set(apps)
+        self.server, self.tools, self._infos = tools.server, tools.specs, tools.infos
+        self._conns: dict[str, apsw.Connection] = {}
+        self._start = datetime.fromisoformat(record.last_ts[:-1]).replace(tzinfo=UTC)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._episode_count = 0
+        self._new_episode()
+
+    # --- the agent's surface -------------------------------------------------------
+
+    def list_tools(self) -> list[ToolInfo]:
+        """Every tool of this instance's services, sorted by name."""
+        return list(self._infos)
+
+    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        return _run(self.acall_tool(name, arguments))
+
+    async def acall_tool(self, name: str, arguments: dict[str, Any] | None = None
+                         ) -> ToolResult:
+        """Call one tool. A bad call (unknown tool, bad arguments, a refusal) is an error
+        result for the agent, never an exception."""
+        self._check_open()
+        arguments = dict(arguments or {})
+        index, ts = self._next_call()
+        spec = self.tools.get(name)
+        if spec is None:
+            result = ToolResult(True, f"Unknown tool {name!r}. Valid tools: "
+                                      f"{', '.join(sorted(self.tools))}")
+        else:
+            token = _CURRENT.set(self)
+            self._pending: list[DbChange] = []
+            try:
+                raw = await self.server.call_tool(name, arguments)
+                text = "".join(getattr(c, "text", "") for c in raw.content)
+                result = ToolResult(bool(getattr(raw, "is_error", False)), text,
+                                    raw.structured_content)
+            except (McpToolError, McpValidationError, McpNotFound) as exc:
+                result = ToolResult(True, str(exc))
+            finally:
+                _CURRENT.reset(token)
+        self.episode.events.append(ToolCall(
+            index=index, ts=ts, tool=name, arguments=arguments, is_error=result.is_error,
+            text=result.text, structured=result.structured,
+            writes=bool(spec and spec.writes)))
+        if spec is not None:
+            self.episode.events.extend(self._pending)
+            self._pending = []
+        return result
+
+    def shell(self, command: str, limits: Any = None) -> ShellCall:
+        """Run `command` in the workspace inside the sandbox; file changes join the episode."""
+        from envs.sandbox import run_sandboxed
+
+        self._check_open()
+        index, ts = self._next_call()
+        before = _workspace_state(self.mount.path)
+        outcome = run_sandboxed(command, self.mount.workspace, limits)
+        call = ShellCall(index=index, ts=ts, command=command, exit_code=outcome.exit_code,
+                         stdout=outcome.stdout, stderr=outcome.stderr,
+                         truncated=outcome.truncated, timed_out=outcome.timed_out)
+        self.episode.events.append(call)
+        self.episode.events.extend(_file_changes(self.mount.path, before, index))
+        return call
+
+    def reset(self) -> None:
+        """Back to the snapshot (same hash), with a fresh episode and clock."""
+        self._check_open()
+        with self._lock:
+            self._close_connections()
+            self.mount.reset()
+            self._new_episode()
+
+    def hash(self) -> str:
+        self._check_open()
+        self._close_connections()
+        return self.mount.hash()
+
+    def diff(self) -> WorldDiff:
+        self._check_open()
+        self._close_connections()
+        return self.mount.diff()
+
+    def close(self) -> None:
+        """Delete the instance; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._close_connections()
+            self.mount.close()
+
+    def __enter__(self) -> Instance:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- execution ------------------------------------------------------------------
+
+    def _execute(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        conn = self._connection(spec.service)
+        call = self._call_index
+        # Seeded by the snapshot and the call's position only: the same calls on any
+        # instance of the same snapshot draw the same "random" values.
+        freeze(self._millis(call), f"{self.record.world_hash}:{call}")
+        ctx = ToolContext(conn, self._iso(call), call)
+        if not spec.writes:
+            return spec.fn(ctx, **kwargs)
+        session = apsw.Session(conn, "main")
+        session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
+        session.attach()
+        sequences_before = _sequences(conn)
+        conn.execute("SAVEPOINT tool_call")
+        try:
+            result = spec.fn(ctx, **kwargs)
+        except BaseException:
+            conn.execute("ROLLBACK TO tool_call")
+            conn.execute("RELEASE tool_call")
+            session.close()
+            raise
+        conn.execute("RELEASE tool_call")
+        changeset = session.changeset()
+        session.close()
+        sequences = _sequences(conn)
+        if changeset or sequences != sequences_before:
+            self._pending.append(DbChange(
+                index=call, service=spec.service, changeset=changeset,
+                sequences=sequences if sequences != sequences_before else None))
+        return result
+
+    def _connection(self, service: str) -> apsw.Connection:
+        conn = self._conns.get(service)
+        if conn is None:
+            conn = open_event_db(self.mount.db_path(service))
+            conn.authorizer = None  # shipped apps are project code; guards are for events
+            # An instance is a scratch copy, re-creatable from its snapshot and episode.
+            conn.execute("PRAGMA synchronous=OFF")
+            self._conns[service] = conn
+        return conn
+
+    def _close_connections(self) -> None:
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            conn.close()
+
+    def _next_call(self) -> tuple[int, str]:
+        self._call_index += 1
+        return self._call_index, self._iso(self._call_index)
+
+    def _millis(self, call: int) -> int:
+        return ts_millis(self.record.last_ts) + 1000 * call
+
+    def _iso(self, call: int) -> str:
+        moment = self._start + timedelta(seconds=call)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _new_episode(self) -> None:
+        self._episode_count += 1
+        self._call_index = 0
+        self._pending = []
+        episode_id = digest_of([self.record.world_hash, self.instance_id, self._episode_count])
+        self.episode = Episode(episode_id=episode_id, world_hash=self.record.world_hash,
+                               persona=self.record.persona, day=self.record.day)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InstanceClosed(f"instance {self.instance_id} is closed")
+
+
+def _sequences(conn: apsw.Connection) -> list[tuple[str, int]] | None:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE name = 'sqlite_sequence'").fetchone()
+    if not exists:
+        return None
+    return [(str(n), int(s)) for n, s in
+            conn.execute("SELECT name, seq FROM sqlite_sequence ORDER BY name")]
+
+
+def _workspace_state(root: Path) -> dict[str, tuple[int, str, str | None]]:
+    return {rel: (d.size, d.digest, d.link) for rel, d in
+            ((rel, file_digest(p)) for rel, p in iter_workspace(root))}
+
+
+def _file_changes(root: Path, before: dict[str, tuple[int, str, str | None]],
+                  index: int) -> list[FileChange]:
+    after = _workspace_state(root)
+    deleted = [FileChange(index=index, path=p, data=None) for p in sorted(before)
+               if p not in after]
+    written = []
+    for path in sorted(after):
+        if before.get(path) == after[path]:
+            continue
+        link = after[path][2]
+        data = None if link is not None else (root / "workspace" / path).read_bytes()
+        written.append(FileChange(index=index, path=path, data=data, link=link))
+    return deleted + written
+
+
+_LOOP: asyncio.AbstractEventLoop | None = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from synchronous code on one private event-loop thread."""
+    global _LOOP
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        coro.close()
+        raise RuntimeError("use the async API (acall_tool) inside an event loop")
+    with _LOOP_LOCK:
+        if _LOOP is None:
+            _LOOP = asyncio.new_event_loop()
+            threading.Thread(target=_LOOP.run_forever, name="agentworlds-loop",
+                             daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coro, _LOOP).result()
+
+
+def encode_result(result: ToolResult) -> bytes:
+    return msgspec.json.encode({"is_error": result.is_error, "text": result.text,
+                                "structured": result.structured})

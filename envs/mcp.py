@@ -1,0 +1,94 @@
+"""MCP surfaces of an instance.
+
+``instance_server(instance)`` builds an MCP server for one instance, in one of two modes:
+
+* ``"tools"``: every service tool under its own name (``shop_search_products``, ...);
+* ``"meta"``: AWM's two meta-tools: ``list_tools`` (every tool with name, description and
+  input schema) and ``call_tool(tool_name, arguments)``.
+
+Either way every call goes through ``Instance.acall_tool``, so it is validated once more
+against the tool's schema, run against this instance only, and recorded in its episode.
+The server works with any MCP transport: in memory (``fastmcp.Client(server)``), stdio,
+or streamable HTTP (``server.http_app()``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+from fastmcp import FastMCP
+from fastmcp.tools import Tool, ToolResult
+from mcp.types import TextContent, ToolAnnotations
+from pydantic import Field
+
+from envs.instance import Instance
+from envs.instance import ToolResult as CallResult
+
+Mode = Literal["tools", "meta"]
+Caller = Callable[[str, dict[str, Any]], Awaitable[CallResult]]
+
+
+class _InstanceTool(Tool):
+    """A tool whose call is the instance's (recorded) call of the same name."""
+
+    call: Any = None
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        result = await self.call(self.name, arguments)
+        return ToolResult(
+            content=[TextContent(type="text", text=result.text)],
+            structured_content=result.structured if isinstance(result.structured, dict)
+            else None,
+            is_error=result.is_error,
+        )
+
+
+def instance_server(instance: Instance, mode: Mode = "tools", *,
+                    call: Caller | None = None) -> FastMCP:
+    """`call` replaces ``instance.acall_tool`` as the coroutine every call goes through
+    (the gateway's adds locking and a timeout)."""
+    caller: Caller = call or instance.acall_tool
+    server = FastMCP(f"agent-worlds {instance.record.persona}@{instance.record.day}")
+    if mode == "tools":
+        for info in instance.list_tools():
+            server.add_tool(_InstanceTool(
+                name=info.name, description=info.description, parameters=info.input_schema,
+                output_schema=info.output_schema, call=caller,
+                annotations=ToolAnnotations(read_only_hint=not info.writes),
+            ))
+        return server
+    if mode != "meta":
+        raise ValueError(f"unknown MCP mode {mode!r}: use 'tools' or 'meta'")
+
+    def list_tools() -> list[dict[str, Any]]:
+        """List every tool of this environment: name, description and input schema.
+        Call it once, first."""
+        return [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in instance.list_tools()]
+
+    async def call_tool(
+        tool_name: Annotated[str, Field(description="A name returned by list_tools")],
+        arguments: Annotated[dict[str, Any] | str, Field(
+            description="The tool's arguments: a JSON object (or its JSON text)")] = "{}",
+    ) -> ToolResult:
+        """Call one tool of this environment by name with JSON arguments."""
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError as exc:
+                return _error(f"arguments are not valid JSON: {exc}")
+            if not isinstance(arguments, dict):
+                return _error("arguments must be a JSON object")
+        result = await caller(tool_name, arguments)
+        return ToolResult(content=[TextContent(type="text", text=result.text)],
+                          is_error=result.is_error)
+
+    server.add_tool(Tool.from_function(list_tools, name="list_tools"))
+    server.add_tool(Tool.from_function(call_tool, name="call_tool"))
+    return server
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(content=[TextContent(type="text", text=text)], is_error=True)

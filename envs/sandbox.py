@@ -1,0 +1,581 @@
+"""Run agent shell commands in a sandbox, never in this process.
+
+``run_sandboxed(command, workspace)`` runs ``bash -c command`` with the instance's workspace as
+its writable working directory ``/workspace`` and returns a ``ShellResult``. The sandbox is
+bubblewrap where it works (``BubblewrapSandbox``), else Docker where an engine answers
+(``DockerSandbox``); ``default_sandbox()`` probes once and caches its choice.
+
+What a command sees under bubblewrap:
+
+* a new root holding only the system directories (``/usr``, ``/etc`` and the ``/bin``,
+  ``/lib*``, ``/sbin`` links), read-only; ``/workspace`` (the workspace, read-write);
+  fresh ``/proc``, ``/dev`` and size-capped ``/tmp`` and ``/dev/shm``. Everything else of the
+  host is absent: the parent of the workspace (so its own ``../services``), every other
+  instance, ``/tmp``, ``/root``, ``/home``, ``/work``, ``/var``;
+* new pid, network (loopback only), ipc, uts and cgroup namespaces; no capabilities; no
+  new privileges; no further user namespaces;
+* an unprivileged uid: as root, the dedicated system user ``agentworlds-sandbox`` (created
+  on first use; ``nobody`` if that fails), which is given the workspace tree before every
+  run; otherwise the caller's own uid;
+* rlimits set by ``prlimit`` before bwrap starts: CPU seconds, address space, processes,
+  file size, open files, no core dumps. They are per process (``max_procs`` per uid).
+
+As root the mounts are made by a privileged bwrap (which can reach a workspace under
+directories the sandbox uid cannot traverse, such as ``/root`` or pytest's 0700 tmp
+dirs); ``setpriv`` then drops to the sandbox uid, clears every capability and sets
+no-new-privs, and a second, unprivileged bwrap adds a user namespace with nested user
+namespaces disabled. As another user, one unprivileged bwrap does all of it.
+
+The wall-clock timeout and an output flood (4x ``max_output_bytes`` on one stream) kill the
+whole sandbox: its pid 1 first, which tears down the pid namespace, then bwrap's group.
+Nothing here uses ``preexec_fn``, so ``run`` is safe to call from threads.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import functools
+import logging
+import os
+import pwd
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from worldstore.errors import SandboxError
+
+__all__ = [
+    "BubblewrapSandbox",
+    "DockerSandbox",
+    "Limits",
+    "Sandbox",
+    "ShellResult",
+    "default_sandbox",
+    "run_sandboxed",
+]
+
+log = logging.getLogger(__name__)
+
+SANDBOX_USER = "agentworlds-sandbox"
+MOUNT_AT = "/workspace"
+SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+MAX_COMMAND_BYTES = 100_000  # Linux refuses a single argv string over 128 KiB
+OUTPUT_KILL_FACTOR = 4
+MAX_OPEN_FILES = 256
+_HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MEMORY_MESSAGES = ("MemoryError", "Cannot allocate memory", "out of memory",
+                    "std::bad_alloc", "memory exhausted")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds for one command. CPU, memory and file size are per process (rlimits)."""
+
+    timeout_s: float = 10.0  # wall clock for the whole command
+    cpu_s: int = 10  # CPU seconds per process (SIGXCPU, then SIGKILL one second later)
+    memory_mib: int = 512  # address space per process (RLIMIT_AS)
+    max_procs: int = 64  # processes and threads of the sandbox uid (RLIMIT_NPROC)
+    max_output_bytes: int = 64 * 1024  # kept per stream; 4x this on one stream kills
+    max_file_mib: int = 64  # largest file a process may write (RLIMIT_FSIZE)
+    tmp_mib: int = 64  # size of the private /tmp (and, separately, of /dev/shm)
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, not {self.timeout_s!r}")
+        for name in ("cpu_s", "memory_mib", "max_procs", "max_output_bytes", "max_file_mib",
+                     "tmp_mib"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    """What a sandboxed command did.
+
+    ``exit_code`` is the shell's status (128+N when killed by signal N) or None when the
+    sandbox killed the command (timeout, output flood). ``killed_reason`` names the limit
+    that stopped it: "timeout" and "output limit" for certain; "cpu", "file size" and
+    "memory" inferred from the status and stderr (best effort).
+    """
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool
+    killed_reason: str | None
+    seconds: float
+
+
+class Sandbox(abc.ABC):
+    """Runs ``bash -c command`` in a workspace, isolated from this process and the host."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def run(self, command: str, workspace: Path, limits: Limits | None = None,
+            env: dict[str, str] | None = None) -> ShellResult:
+        """Run `command` with `workspace` as its writable cwd ``/workspace``."""
+
+
+# ---------------------------------------------------------------------------------------
+# Shared process supervision
+
+
+@dataclass
+class _Outcome:
+    status: int | None  # shell-style: 128+N for a signal
+    stdout: bytes
+    stderr: bytes
+    stdout_cut: bool
+    stderr_cut: bool
+    timed_out: bool
+    flooded: bool
+    cpu_s: float
+    seconds: float
+
+
+def _supervise(argv: list[str], limits: Limits, kill: Callable[[subprocess.Popen[bytes]], None],
+               *, env: Mapping[str, str] | None = None) -> _Outcome:
+    """Start argv in its own session, read both pipes until it ends or a limit is hit."""
+    started = time.monotonic()
+    deadline = started + limits.timeout_s
+    keep = limits.max_output_bytes
+    hard_cap = OUTPUT_KILL_FACTOR * keep
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                            env=dict(env if env is not None else _HOST_ENV))
+    assert proc.stdout is not None and proc.stderr is not None
+    streams = {proc.stdout.fileno(): 0, proc.stderr.fileno(): 1}
+    kept = (bytearray(), bytearray())
+    seen = [0, 0]
+    timed_out = flooded = False
+    wait_status: int | None = None
+    cpu = 0.0
+    sel = selectors.DefaultSelector()
+    pidfd: int | None = None
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        sel.register(pidfd, selectors.EVENT_READ)
+    except (AttributeError, OSError):
+        pidfd = None  # old kernel: poll with WNOHANG below
+
+    def reap(flags: int) -> None:
+        nonlocal wait_status, cpu
+        pid, status, usage = os.wait4(proc.pid, flags)
+        if pid == proc.pid:
+            wait_status = status
+            cpu = usage.ru_utime + usage.ru_stime
+
+    try:
+        for fd in streams:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        while streams or wait_status is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            events = sel.select(left if pidfd is not None else min(left, 0.05))
+            if pidfd is None and wait_status is None:
+                reap(os.WNOHANG)
+            for key, _ in events:
+                fd = int(key.fd)
+                if fd == pidfd:
+                    sel.unregister(fd)
+                    reap(0)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    sel.unregister(fd)
+                    del streams[fd]
+                    continue
+                which = streams[fd]
+                seen[which] += len(chunk)
+                room = keep - len(kept[which])
+                if room > 0:
+                    kept[which].extend(chunk[:room])
+                if seen[which] > hard_cap:
+                    flooded = True
+            if flooded:
+                break
+        if wait_status is None:
+            if timed_out or flooded:
+                kill(proc)
+            reap(0)
+    finally:
+        if wait_status is None:  # an exception above: never leave the sandbox running
+            kill(proc)
+            reap(0)
+        sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert wait_status is not None
+    code = os.waitstatus_to_exitcode(wait_status)
+    proc.returncode = code
+    status = None if (timed_out or flooded) else (128 - code if code < 0 else code)
+    return _Outcome(status=status, stdout=bytes(kept[0]), stderr=bytes(kept[1]),
+                    stdout_cut=seen[0] > keep, stderr_cut=seen[1] > keep,
+                    timed_out=timed_out, flooded=flooded, cpu_s=cpu,
+                    seconds=time.monotonic() - started)
+
+
+def _text(data: bytes, cut: bool, limit: int) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return text + f"\n[... output truncated at {limit} bytes ...]" if cut else text
+
+
+def _infer_reason(out: _Outcome, stderr: str, limits: Limits) -> str | None:
+    if out.timed_out:
+        return "timeout"
+    if out.flooded:
+        return "output limit"
+    code = out.status
+    if code is None or code == 0:
+        return None
+    if code == 128 + signal.SIGXCPU or "CPU time limit exceeded" in stderr:
+        return "cpu"
+    if code == 128 + signal.SIGKILL and out.cpu_s >= limits.cpu_s:
+        return "cpu"  # ignored SIGXCPU, then the hard limit's SIGKILL
+    if code == 128 + signal.SIGXFSZ or "File size limit exceeded" in stderr:
+        return "file size"
+    if any(message in stderr for message in _MEMORY_MESSAGES):
+        return "memory"
+    return None
+
+
+def _result(out: _Outcome, limits: Limits) -> ShellResult:
+    stderr = _text(out.stderr, out.stderr_cut, limits.max_output_bytes)
+    return ShellResult(
+        exit_code=out.status,
+        stdout=_text(out.stdout, out.stdout_cut, limits.max_output_bytes),
+        stderr=stderr,
+        truncated=out.stdout_cut or out.stderr_cut,
+        timed_out=out.timed_out,
+        killed_reason=_infer_reason(out, stderr, limits),
+        seconds=out.seconds,
+    )
+
+
+def _check_command(command: str, env: Mapping[str, str] | None) -> None:
+    if "\0" in command:
+        raise SandboxError("the command contains a NUL byte")
+    if len(command.encode("utf-8", "surrogateescape")) > MAX_COMMAND_BYTES:
+        raise SandboxError(f"the command is longer than {MAX_COMMAND_BYTES} bytes")
+    for key, value in (env or {}).items():
+        if not _ENV_NAME.match(key) or "\0" in value:
+            raise SandboxError(f"bad environment variable {key!r}")
+
+
+def _sandbox_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    return {"PATH": SANDBOX_PATH, "HOME": MOUNT_AT, "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+            **(env or {})}
+
+
+def _check_workspace(workspace: Path, system_paths: Sequence[str]) -> Path:
+    real = Path(os.path.realpath(workspace))
+    if not real.is_dir():
+        raise SandboxError(f"workspace {workspace} is not a directory")
+    if len(real.parts) < 3:
+        raise SandboxError(f"refusing {real} as a workspace: it is / or a top-level directory")
+    for system in system_paths:
+        top = os.path.realpath(system)
+        if real == Path(top) or Path(top) in real.parents:
+            raise SandboxError(f"refusing {real} as a workspace: it is inside {system}, "
+                               "which every sandbox sees")
+    return real
+
+
+def _give_tree(top: Path, uid: int, gid: int) -> None:
+    """chown the workspace tree to the sandbox uid; never follows a symlink."""
+    st = os.stat(top)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.chown(top, uid, gid)
+    for _dirpath, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
+        for name in dirnames + filenames:
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                if (st.st_uid, st.st_gid) != (uid, gid):
+                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+
+
+# ---------------------------------------------------------------------------------------
+# bubblewrap
+
+_ids_lock = threading.Lock()
+
+
+@functools.cache
+def _sandbox_ids() -> tuple[int, int]:
+    """The uid/gid commands run as: ours unless root; as root the dedicated system user."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    with _ids_lock:
+        try:
+            entry = pwd.getpwnam(SANDBOX_USER)
+        except KeyError:
+            useradd = shutil.which("useradd", path=_HOST_ENV["PATH"])
+            if useradd:
+                subprocess.run(
+                    [useradd, "--system", "--user-group", "--no-create-home",
+                     "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", SANDBOX_USER],
+                    capture_output=True, check=False, env=_HOST_ENV, timeout=60)
+            try:
+                entry = pwd.getpwnam(SANDBOX_USER)
+            except KeyError:
+                log.warning("could not create user %s; sandboxed commands run as nobody "
+                            "(uid 65534), which other host processes may share", SANDBOX_USER)
+                return 65534, 65534
+        return entry.pw_uid, entry.pw_gid
+
+
+def _kill_bwrap(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the sandbox's pid 1 (the pid namespace dies with it, and bwrap reaps it, so no
+    orphan is left), then bwrap's process group; --die-with-parent is the backstop."""
+    try:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+    except OSError:
+        children = []
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if children:  # let bwrap reap its pid 1, else that one is orphaned as a zombie
+        give_up = time.monotonic() + 1.0
+        while time.monotonic() < give_up:
+            try:
+                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG):
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(0.002)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class BubblewrapSandbox(Sandbox):
+    """bubblewrap (Debian's ``bubblewrap`` package) plus util-linux's prlimit and setpriv."""
+
+    name = "bubblewrap"
+
+    def __init__(self, *, uid: int | None = None, gid: int | None = None,
+                 system_paths: Sequence[str] = SYSTEM_PATHS) -> None:
+        """`uid`/`gid` (root only) override the sandbox user, e.g. one uid per instance so
+        that concurrent sandboxes do not share one RLIMIT_NPROC budget."""
+        self._uid = uid
+        self._gid = gid
+        self.system_paths = tuple(system_paths)
+        tools = {name: shutil.which(name, path=_HOST_ENV["PATH"])
+                 for name in ("bwrap", "prlimit", "setpriv")}
+        missing = [name for name, found in tools.items() if found is None]
+        if missing:
+            raise SandboxError(f"{', '.join(missing)} not found: install bubblewrap and "
+                               "util-linux (apt-get install bubblewrap util-linux)")
+        self.bwrap = os.path.realpath(tools["bwrap"] or "")
+        self.prlimit = os.path.realpath(tools["prlimit"] or "")
+        self.setpriv = os.path.realpath(tools["setpriv"] or "")
+
+    @property
+    def privileged(self) -> bool:
+        return os.geteuid() == 0
+
+    def ids(self) -> tuple[int, int]:
+        uid, gid = _sandbox_ids()
+        if self._uid is not None:
+            uid = self._uid
+            gid = self._gid if self._gid is not None else self._uid
+        return uid, gid
+
+    def build_argv(self, command: str, workspace: Path, limits: Limits,
+                   env: Mapping[str, str] | None = None) -> list[str]:
+        """The full command line (prlimit, bwrap, ...) for one run; `workspace` is resolved."""
+        uid, gid = self.ids()
+        argv = [
+            self.prlimit,
+            f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+            f"--as={limits.memory_mib << 20}",
+            f"--nproc={limits.max_procs}",
+            f"--fsize={limits.max_file_mib << 20}",
+            f"--nofile={MAX_OPEN_FILES}",
+            "--core=0",
+            "--",
+            self.bwrap,
+        ]
+        if self.privileged:
+            # bwrap as real root: it can bind a workspace the sandbox uid could not reach;
+            # only setuid/setgid/setpcap survive, for setpriv below.
+            argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                     "--unshare-cgroup-try", "--cap-drop", "ALL",
+                     "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                     "--cap-add", "CAP_SETPCAP"]
+        else:
+            argv += ["--unshare-all", "--unshare-user", "--uid", str(uid), "--gid", str(gid),
+                     "--disable-userns", "--cap-drop", "ALL"]
+        argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--hostname", "sandbox"]
+        for path in self.system_paths:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        argv += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/dev/shm",
+            "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
+            "--bind", str(workspace), MOUNT_AT,
+            "--clearenv",
+        ]
+        if not self.privileged:  # privileged bwrap holds no CAP_DAC_OVERRIDE: the inner one cds
+            argv += ["--chdir", MOUNT_AT]
+        for key, value in _sandbox_env(env).items():
+            argv += ["--setenv", key, value]
+        argv += ["--remount-ro", "/", "--"]
+        if self.privileged:
+            argv += [self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+                     self.bwrap, "--unshare-user", "--uid", str(uid), "--gid", str(gid),
+                     "--disable-userns", "--dev-bind", "/", "/", "--chdir", MOUNT_AT,
+                     "--die-with-parent", "--cap-drop", "ALL", "--"]
+        return [*argv, "/bin/bash", "-c", command]
+
+    def run(self, command: str, workspace: Path, limits: Limits | None = None,
+            env: dict[str, str] | None = None) -> ShellResult:
+        limits = limits or Limits()
+        _check_command(command, env)
+        real = _check_workspace(workspace, self.system_paths)
+        if self.privileged:
+            _give_tree(real, *self.ids())
+        argv = self.build_argv(command, real, limits, env)
+        return _result(_supervise(argv, limits, _kill_bwrap), limits)
+
+
+# ---------------------------------------------------------------------------------------
+# Docker
+
+
+class DockerSandbox(Sandbox):
+    """The ``docker`` CLI against a running engine; one throw-away container per command."""
+
+    name = "docker"
+
+    def __init__(self, image: str = "python:3.11-slim", *, docker: str = "docker",
+                 cpus: float = 1.0) -> None:
+        self.image = image
+        self.docker = docker
+        self.cpus = cpus
+
+    def build_argv(self, command: str, workspace: Path, limits: Limits, container: str,
+                   env: Mapping[str, str] | None = None, user: tuple[int, int] | None = None,
+                   ) -> list[str]:
+        argv = [
+            self.docker, "run", "--rm", "--name", container,
+            "--network", "none",
+            "--memory", f"{limits.memory_mib}m", "--memory-swap", f"{limits.memory_mib}m",
+            "--pids-limit", str(limits.max_procs),
+            "--cpus", str(self.cpus),
+            "--read-only",
+            "--tmpfs", f"/tmp:rw,nosuid,nodev,size={limits.tmp_mib}m",
+            "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges",
+            "--init",
+            "--ulimit", f"cpu={limits.cpu_s}:{limits.cpu_s + 1}",
+            "--ulimit", f"fsize={limits.max_file_mib << 20}",
+            "--ulimit", f"nofile={MAX_OPEN_FILES}:{MAX_OPEN_FILES}",
+            "--ulimit", "core=0",
+        ]
+        if user is not None:
+            argv += ["--user", f"{user[0]}:{user[1]}"]
+        argv += ["-v", f"{workspace}:{MOUNT_AT}:rw", "-w", MOUNT_AT]
+        for key, value in _sandbox_env(env).items():
+            argv += ["-e", f"{key}={value}"]
+        return [*argv, self.image, "bash", "-c", command]
+
+    def run(self, command: str, workspace: Path, limits: Limits | None = None,
+            env: dict[str, str] | None = None) -> ShellResult:
+        limits = limits or Limits()
+        _check_command(command, env)
+        real = _check_workspace(workspace, ())
+        user = _sandbox_ids() if os.geteuid() == 0 else None
+        if user is not None:
+            _give_tree(real, *user)
+        container = f"agentworlds-sbx-{uuid.uuid4().hex[:16]}"
+        argv = self.build_argv(command, real, limits, container, env, user)
+
+        def kill(proc: subprocess.Popen[bytes]) -> None:
+            subprocess.run([self.docker, "kill", container], capture_output=True,
+                           check=False, timeout=30)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+        return _result(_supervise(argv, limits, kill, env=os.environ), limits)
+
+    def engine_answers(self) -> bool:
+        if shutil.which(self.docker) is None:
+            return False
+        try:
+            done = subprocess.run([self.docker, "info"], capture_output=True, check=False,
+                                  timeout=15)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Choice
+
+
+def _bwrap_works() -> tuple[BubblewrapSandbox | None, str]:
+    try:
+        box = BubblewrapSandbox()
+    except SandboxError as exc:
+        return None, str(exc)
+    probe = Path(tempfile.mkdtemp(prefix="agentworlds-sandbox-probe-"))
+    try:
+        result = box.run("echo ok", probe, Limits(timeout_s=20))
+    except (OSError, SandboxError) as exc:
+        return None, f"bubblewrap failed: {exc}"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    if result.exit_code == 0 and result.stdout.strip() == "ok":
+        return box, ""
+    return None, f"bubblewrap failed (exit {result.exit_code}): {result.stderr.strip()[:500]}"
+
+
+@functools.cache
+def default_sandbox() -> Sandbox:
+    """bubblewrap if it works here, else Docker if an engine answers; probed once."""
+    box, why = _bwrap_works()
+    if box is not None:
+        return box
+    docker = DockerSandbox()
+    if docker.engine_answers():
+        log.warning("bubblewrap is unusable (%s); using Docker", why)
+        return docker
+    raise SandboxError(
+        f"no sandbox for shell commands: {why}; and no Docker engine answers `docker info`. "
+        "Install bubblewrap (apt-get install bubblewrap util-linux; unprivileged user "
+        "namespaces must be enabled) or run a Docker engine.")
+
+
+def run_sandboxed(command: str, workspace: Path, limits: Limits | None = None) -> ShellResult:
+    """Run `command` with `default_sandbox()`."""
+    return default_sandbox().run(command, workspace, limits)

@@ -1,0 +1,271 @@
+"""Instances: tool calls, refusals as data, episodes that replay to the final hash, exact
+reset, determinism, isolation under concurrency, and both MCP surfaces in memory.
+
+The tests use a small app of their own over the demo world's `notes` service, so they
+exercise the instance machinery independently of the shipped apps' tool sets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+from fastmcp import Client
+from pydantic import BaseModel, Field
+
+from envs.app import App, ToolContext, ToolError
+from envs.checker import check_determinism
+from envs.episode import DbChange, Episode, ToolCall, apply_effects
+from envs.gym import ResetNeeded, WorldEnv
+from envs.instance import Environment, Instance, InstanceClosed
+from envs.mcp import instance_server
+from replay import Worlds
+
+notes = App(service="notes", name="test-notes", version="1")
+
+
+class Note(BaseModel):
+    id: int
+    title: str
+    updated_at: str
+
+
+@notes.tool(writes=False)
+def get_note(ctx: ToolContext,
+             note_id: Annotated[int, Field(description="The note's id", ge=1)]) -> Note:
+    """Get one note by id."""
+    row = ctx.require(ctx.row("SELECT id, title, updated_at FROM notes WHERE id = ?",
+                              (note_id,)), "note", note_id)
+    return Note(**row)
+
+
+@notes.tool(writes=True)
+def rename_note(ctx: ToolContext, note_id: int,
+                title: Annotated[str, Field(description="New title", min_length=1)]) -> Note:
+    """Rename a note."""
+    if not ctx.execute("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?",
+                       (title, ctx.now, note_id)):
+        raise ToolError(f"No note with id {note_id}")
+    return get_note(ctx, note_id)
+
+
+@notes.tool(writes=True)
+def stamp(ctx: ToolContext) -> int:
+    """Write a note whose title is drawn from SQLite's random() (seeded per call)."""
+    ctx.execute("INSERT INTO notes(id, notebook_id, title, body, created_at, updated_at) "
+                "SELECT MAX(id) + 1, 1, 'r' || random(), '', ?, ? FROM notes",
+                (ctx.now, ctx.now))
+    return int(ctx.value("SELECT MAX(id) FROM notes"))
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    demo = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+    with Worlds.open(tmp_path_factory.mktemp("store")) as w:
+        w.import_file(demo)
+        yield w
+
+
+@pytest.fixture
+def env(worlds: Worlds) -> Environment:
+    return Environment(worlds, apps={"notes": notes}, check_pins=False)
+
+
+@pytest.fixture
+def inst(env: Environment) -> Iterator[Instance]:
+    with env.open("lars@7") as instance:
+        yield instance
+
+
+def test_tools_are_listed_with_schemas(inst: Instance) -> None:
+    tools = {t.name: t for t in inst.list_tools()}
+    assert sorted(tools) == ["notes_get_note", "notes_rename_note", "notes_stamp"]
+    get = tools["notes_get_note"]
+    assert get.input_schema["properties"]["note_id"]["description"] == "The note's id"
+    assert get.output_schema is not None and not get.writes
+    assert tools["notes_rename_note"].writes
+
+
+def test_a_read_returns_structured_data_and_records_only_the_call(inst: Instance) -> None:
+    result = inst.call_tool("notes_get_note", {"note_id": 4})
+    assert not result.is_error and result.structured["title"].startswith("Nordlys")
+    assert [type(e) for e in inst.episode.events] == [ToolCall]
+    assert inst.hash() == inst.record.world_hash
+
+
+def test_bad_calls_are_error_results_naming_the_problem(inst: Instance) -> None:
+    unknown = inst.call_tool("notes_nope", {})
+    assert unknown.is_error and "notes_get_note" in unknown.text and "notes_nope" in unknown.text
+    bad_type = inst.call_tool("notes_get_note", {"note_id": "four"})
+    assert bad_type.is_error and "note_id" in bad_type.text
+    missing = inst.call_tool("notes_get_note", {})
+    assert missing.is_error and "note_id" in missing.text
+    extra = inst.call_tool("notes_get_note", {"note_id": 4, "color": "red"})
+    assert extra.is_error and "color" in extra.text
+    refused = inst.call_tool("notes_rename_note", {"note_id": 999, "title": "x"})
+    assert refused.is_error and refused.text == "No note with id 999"
+    assert all(isinstance(e, ToolCall) and e.is_error for e in inst.episode.events)
+    assert inst.hash() == inst.record.world_hash  # a refused write changed nothing
+
+
+def test_sql_injection_is_stored_literally(inst: Instance) -> None:
+    evil = "'); DROP TABLE notes;--"
+    assert not inst.call_tool("notes_rename_note", {"note_id": 4, "title": evil}).is_error
+    assert inst.call_tool("notes_get_note", {"note_id": 4}).structured["title"] == evil
+    assert "notes" in {t for s in inst.mount.manifest.services.values() for t in s.tables}
+    diff = inst.diff()
+    assert [(t.table, t.changed) for t in diff.tables] == [("notes", 1)]
+
+
+def test_episode_effects_replay_to_the_final_hash(inst: Instance, worlds: Worlds) -> None:
+    inst.call_tool("notes_rename_note", {"note_id": 4, "title": "A"})
+    inst.call_tool("notes_get_note", {"note_id": 4})
+    inst.call_tool("notes_stamp", {})
+    inst.call_tool("notes_rename_note", {"note_id": 5, "title": "B"})
+    kinds = [type(e).__name__ for e in inst.episode.events]
+    assert kinds == ["ToolCall", "DbChange", "ToolCall", "ToolCall", "DbChange", "ToolCall",
+                     "DbChange"]
+    final = inst.hash()
+    assert final != inst.record.world_hash
+    copy = Episode.from_json(inst.episode.to_json())  # survives serialization
+    with worlds.mount(inst.record.world_hash) as fresh:
+        apply_effects(fresh, copy.events)
+        assert fresh.hash() == final
+
+
+def test_the_clock_is_frozen_per_call_and_reset_restores_everything(inst: Instance) -> None:
+    first = inst.call_tool("notes_rename_note", {"note_id": 4, "title": "A"}).structured
+    assert first["updated_at"] == "2026-03-09T17:05:01Z"  # last ts of lars@7 + 1 s
+    second = inst.call_tool("notes_rename_note", {"note_id": 4, "title": "A"}).structured
+    assert second["updated_at"] == "2026-03-09T17:05:02Z"
+    inst.reset()
+    assert inst.hash() == inst.record.world_hash and inst.episode.events == []
+    again = inst.call_tool("notes_rename_note", {"note_id": 4, "title": "A"}).structured
+    assert again == first
+
+
+def test_random_is_seeded_by_the_snapshot_and_the_call(env: Environment) -> None:
+    with env.open("lars@7") as a, env.open("lars@7") as b:
+        a.call_tool("notes_get_note", {"note_id": 1})
+        b.call_tool("notes_get_note", {"note_id": 1})
+        ra, rb = a.call_tool("notes_stamp", {}), b.call_tool("notes_stamp", {})
+        assert ra == rb and a.hash() == b.hash()
+        assert a.call_tool("notes_stamp", {}).text != ra.text  # another call, another draw
+
+
+def test_the_checker_passes_and_names_nothing(env: Environment) -> None:
+    calls = [("notes_get_note", {"note_id": 4}), ("notes_rename_note",
+             {"note_id": 4, "title": "checked"}), ("notes_stamp", {}),
+             ("notes_get_note", {"note_id": 999})]
+    report = check_determinism(env, "lars@7", calls)
+    assert report.ok, report.problems
+    assert report.calls == 4 and report.final_hash is not None
+
+
+def test_close_is_safe_twice_and_later_calls_raise(env: Environment) -> None:
+    instance = env.open("lars@7")
+    path = instance.mount.path
+    instance.close()
+    instance.close()
+    assert not path.exists()
+    with pytest.raises(InstanceClosed):
+        instance.call_tool("notes_get_note", {"note_id": 4})
+
+
+NOTES = (1, 2, 4)  # notes of lars@7 (note 3 was deleted on day 6)
+
+
+def test_hundreds_of_concurrent_instances_stay_isolated(env: Environment,
+                                                        worlds: Worlds) -> None:
+    instances = [env.open("lars@7") for _ in range(200)]
+
+    async def work(i: int, instance: Instance) -> None:
+        for step, note in enumerate(NOTES):
+            await instance.acall_tool("notes_rename_note",
+                                      {"note_id": note, "title": f"inst-{i}-{step}"})
+            await asyncio.sleep(0)
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(work(i, x) for i, x in enumerate(instances)))
+
+    try:
+        asyncio.run(all_of_them())
+        hashes = set()
+        for i, instance in enumerate(instances):
+            for step, note in enumerate(NOTES):
+                title = instance.call_tool("notes_get_note", {"note_id": note})
+                assert title.structured["title"] == f"inst-{i}-{step}"
+            final = instance.hash()
+            hashes.add(final)
+            with worlds.mount(instance.record.world_hash) as fresh:
+                apply_effects(fresh, instance.episode.events)
+                assert fresh.hash() == final
+        assert len(hashes) == 200
+    finally:
+        for instance in instances:
+            instance.close()
+
+
+def test_mcp_tools_mode_in_memory(inst: Instance) -> None:
+    async def session() -> None:
+        async with Client(instance_server(inst)) as client:
+            names = sorted(t.name for t in await client.list_tools())
+            assert names == ["notes_get_note", "notes_rename_note", "notes_stamp"]
+            ok = await client.call_tool("notes_rename_note", {"note_id": 4, "title": "M"})
+            assert ok.structured_content["title"] == "M"
+            bad = await client.call_tool("notes_get_note", {"note_id": 999},
+                                         raise_on_error=False)
+            assert bad.is_error and bad.content[0].text == "No note with id 999"
+
+    asyncio.run(session())
+    assert sum(isinstance(e, DbChange) for e in inst.episode.events) == 1
+
+
+def test_mcp_meta_tools_mode_in_memory(inst: Instance) -> None:
+    async def session() -> None:
+        async with Client(instance_server(inst, "meta")) as client:
+            assert sorted(t.name for t in await client.list_tools()) == ["call_tool",
+                                                                        "list_tools"]
+            listed = await client.call_tool("list_tools", {})
+            assert {t["name"] for t in listed.structured_content["result"]} == {
+                "notes_get_note", "notes_rename_note", "notes_stamp"}
+            as_text = await client.call_tool("call_tool", {
+                "tool_name": "notes_get_note", "arguments": '{"note_id": 4}'})
+            assert '"id":4' in as_text.content[0].text
+            unknown = await client.call_tool("call_tool", {"tool_name": "x", "arguments": {}},
+                                             raise_on_error=False)
+            assert unknown.is_error and "notes_get_note" in unknown.content[0].text
+            bad_json = await client.call_tool("call_tool", {
+                "tool_name": "notes_get_note", "arguments": "{nope"}, raise_on_error=False)
+            assert bad_json.is_error and "not valid JSON" in bad_json.content[0].text
+
+    asyncio.run(session())
+
+
+def test_gym_wrapper(env: Environment) -> None:
+    world = WorldEnv(env, "lars@7", max_steps=2,
+                     reward_fn=lambda inst, answer: 1.0 if answer == "done" else 0.0)
+    with pytest.raises(ResetNeeded):
+        world.step({"tool": "notes_get_note", "arguments": {"note_id": 4}})
+    observation, info = world.reset()
+    assert "notes_get_note" in observation["tools"] and info["world_hash"]
+    obs, reward, terminated, truncated, _ = world.step(
+        {"tool": "notes_rename_note", "arguments": {"note_id": 4, "title": "G"}})
+    assert not obs["is_error"] and (reward, terminated, truncated) == (0.0, False, False)
+    _obs, reward, terminated, truncated, _ = world.step({"answer": "done"})
+    assert (reward, terminated, truncated) == (1.0, True, False)
+    with pytest.raises(ResetNeeded):
+        world.step({"answer": "again"})
+    world.reset()
+    assert world.instance is not None and world.instance.hash() == info["world_hash"]
+    world.close()
+
+
+def test_instances_live_under_the_cache_and_vanish_on_close(env: Environment) -> None:
+    instance = env.open("lars@7")
+    assert Path(instance.mount.path).is_dir()
+    instance.close()
+    assert not Path(instance.mount.path).exists()

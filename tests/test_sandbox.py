@@ -1,0 +1,380 @@
+"""The shell sandbox, against real bubblewrap (no mocks).
+
+Every command that could outlive its run carries a unique marker, and the test then checks
+that no process on the host still has that marker in its command line and that no orphaned
+zombie of the sandbox uid was left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox import (
+    BubblewrapSandbox,
+    DockerSandbox,
+    Limits,
+    ShellResult,
+    default_sandbox,
+    run_sandboxed,
+)
+from worldstore.errors import SandboxError
+
+SECRET = "top-secret-of-instance-b"
+MARKER = "[... output truncated at"
+
+
+@pytest.fixture(scope="module")
+def box() -> BubblewrapSandbox:
+    sandbox = default_sandbox()
+    assert isinstance(sandbox, BubblewrapSandbox)
+    return sandbox
+
+
+@pytest.fixture
+def instances(tmp_path: Path) -> Path:
+    """tmp_path/instances/{a,b}, each with services/app.sqlite and a workspace/."""
+    root = tmp_path / "instances"
+    for name in ("a", "b"):
+        (root / name / "services").mkdir(parents=True)
+        (root / name / "workspace").mkdir()
+        (root / name / "services" / "app.sqlite").write_text(f"{SECRET}-{name}-db")
+    (root / "b" / "workspace" / "secret.txt").write_text(SECRET)
+    return root
+
+
+@pytest.fixture
+def ws(instances: Path) -> Path:
+    return instances / "a" / "workspace"
+
+
+def _marker() -> str:
+    return f"aw-test-{uuid.uuid4().hex}"
+
+
+def _with_marker(marker: str) -> list[int]:
+    """Host pids whose command line mentions `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _orphan_zombies(uid: int) -> list[int]:
+    """Zombies of the sandbox uid that were reparented to the host's pid 1."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            owner = os.stat(f"/proc/{entry}").st_uid
+        except (OSError, IndexError):
+            continue
+        if fields[0] == "Z" and fields[1] == "1" and owner == uid:
+            found.append(int(entry))
+    return found
+
+
+def _assert_nothing_left(box: BubblewrapSandbox, marker: str) -> None:
+    give_up = time.monotonic() + 2.0
+    while (_with_marker(marker) or _orphan_zombies(box.ids()[0])) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert _with_marker(marker) == []
+    assert _orphan_zombies(box.ids()[0]) == []
+
+
+# --- normal use -------------------------------------------------------------------------
+
+
+def test_command_writes_into_the_workspace(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("echo hi > out.txt; cat out.txt; pwd", ws)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "hi\n/workspace\n", "")
+    assert (ws / "out.txt").read_text() == "hi\n"
+    with open(ws / "out.txt", "a") as f:  # still ours to write after the run
+        f.write("more\n")
+    assert (ws / "out.txt").read_text() == "hi\nmore\n"
+
+
+def test_workspace_files_from_the_host_are_editable(box: BubblewrapSandbox, ws: Path) -> None:
+    (ws / "sub").mkdir()
+    (ws / "sub" / "seed.txt").write_text("seed\n")
+    result = box.run("echo edited >> sub/seed.txt && touch sub/new", ws)
+    assert result.exit_code == 0, result.stderr
+    assert (ws / "sub" / "seed.txt").read_text() == "seed\nedited\n"
+    assert (ws / "sub" / "new").exists()
+
+
+@pytest.mark.parametrize(("command", "code"), [
+    ("true", 0), ("exit 7", 7), ("false", 1), ("sh -c 'kill -9 $$'", 137)])
+def test_exit_code_propagates(box: BubblewrapSandbox, ws: Path, command: str, code: int) -> None:
+    result = box.run(command, ws)
+    assert (result.exit_code, result.timed_out, result.killed_reason) == (code, False, None)
+
+
+def test_runs_unprivileged_without_capabilities(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; touch f", ws)
+    uid = box.ids()[0]
+    assert uid != 0
+    assert result.stdout.split() == [str(uid), "CapEff:", "0000000000000000",
+                                     "CapBnd:", "0000000000000000", "NoNewPrivs:", "1"]
+    assert (ws / "f").stat().st_uid == uid
+
+
+def test_nested_user_namespaces_are_refused(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("unshare -Ur true", ws)
+    assert result.exit_code != 0
+    assert "unshare failed" in result.stderr
+
+
+def test_environment_is_clean(box: BubblewrapSandbox, ws: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AW_HOST_SECRET", "leak")
+    result = box.run("env", ws, env={"GREETING": "hello"})
+    found = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert set(found) == {"GREETING", "HOME", "LANG", "PATH", "PWD", "SHLVL", "TMPDIR", "_"}
+    assert (found["GREETING"], found["HOME"], found["PATH"]) == (
+        "hello", "/workspace", "/usr/local/bin:/usr/bin:/bin")
+
+
+# --- network ----------------------------------------------------------------------------
+
+
+def test_host_loopback_listener_is_unreachable(box: BubblewrapSandbox, ws: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()  # reachable from here
+        listener.accept()[0].close()
+        probe = ("import socket\n"
+                 "try:\n"
+                 f"    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+                 "    print('connected')\n"
+                 "except OSError as e:\n"
+                 "    print(type(e).__name__)\n")
+        result = box.run(f"python3 -c \"{probe}\"", ws)
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert result.stdout == "ConnectionRefusedError\n"
+
+
+def test_internet_is_unreachable(box: BubblewrapSandbox, ws: Path) -> None:
+    probe = ("import socket\n"
+             "try:\n"
+             "    socket.create_connection(('1.1.1.1', 80), timeout=3)\n"
+             "    print('connected')\n"
+             "except OSError as e:\n"
+             "    print(e.errno)\n")
+    result = box.run(f"getent hosts example.com; echo dns=$?; python3 -c \"{probe}\"; "
+                     "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", ws)
+    assert result.stdout == f"dns=2\n{errno.ENETUNREACH}\nlo\n"
+
+
+# --- filesystem isolation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "host_path"), [
+    ("touch /etc/x", "/etc/x"),
+    ("touch /usr/x", "/usr/x"),
+    ("touch /tmp/../root/x", "/root/x"),
+    ("echo x > ../escape", "INSTANCE/escape"),
+    ("echo x > /escape", "/escape"),
+    ("mkdir -p /work/x", "/work/x"),
+])
+def test_writes_outside_the_workspace_fail(box: BubblewrapSandbox, ws: Path, command: str,
+                                           host_path: str) -> None:
+    target = Path(host_path.replace("INSTANCE", str(ws.parent)))
+    assert not target.exists()
+    result = box.run(command, ws)
+    assert result.exit_code != 0
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("path", [
+    "{b}/workspace/secret.txt",
+    "{b}/services/app.sqlite",
+    "../../b/workspace/secret.txt",
+    "../../b/services/app.sqlite",
+    "../services/app.sqlite",
+    "{a}/services/app.sqlite",
+])
+def test_other_instances_and_own_services_are_invisible(
+        box: BubblewrapSandbox, instances: Path, ws: Path, path: str) -> None:
+    where = path.format(a=instances / "a", b=instances / "b")
+    result = box.run(f"cat {where}", ws)
+    assert result.exit_code == 1
+    assert "No such file or directory" in result.stderr
+    assert SECRET not in result.stdout
+
+
+def test_parents_and_host_dirs_are_hidden(box: BubblewrapSandbox, instances: Path,
+                                          ws: Path) -> None:
+    result = box.run(f"ls -A / /tmp; ls {instances} ../services /root /work /home /var/lib 2>&1 |"
+                     " grep -c 'No such file'", ws)
+    listing, _, missing = result.stdout.partition("\n/tmp:\n")
+    system = {Path(path).name for path in box.system_paths if os.path.lexists(path)}
+    expected = sorted(system | {"dev", "proc", "tmp", "var", "workspace"})
+    assert listing.split() == ["/:", *expected]
+    assert missing == "6\n"
+
+
+def test_tmp_is_private_and_capped(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("head -c 20M /dev/zero > /tmp/big; echo tmp=$?; "
+                     "head -c 20M /dev/zero > /dev/shm/big; echo shm=$?", ws, Limits(tmp_mib=8))
+    assert result.stdout == "tmp=1\nshm=1\n"
+    assert result.stderr.count("No space left on device") == 2
+
+
+# --- resource limits --------------------------------------------------------------------
+
+
+def test_fork_bomb_is_contained(box: BubblewrapSandbox, ws: Path) -> None:
+    marker = _marker()
+    started = time.monotonic()
+    result = box.run(f": {marker}; bomb() {{ bomb | bomb & }}; bomb; sleep 1", ws,
+                     Limits(timeout_s=5, max_procs=32))
+    assert time.monotonic() - started < 8
+    assert "fork: retry: Resource temporarily unavailable" in result.stderr
+    _assert_nothing_left(box, marker)
+
+
+def test_process_limit_is_enforced(box: BubblewrapSandbox, ws: Path) -> None:
+    marker = _marker()
+    spawn = ("import os, time\n"
+             "kids = []\n"
+             "try:\n"
+             "    for _ in range(100):\n"
+             "        pid = os.fork()\n"
+             "        if pid == 0:\n"
+             "            time.sleep(30)\n"
+             "            os._exit(0)\n"
+             "        kids.append(pid)\n"
+             "except BlockingIOError:\n"
+             "    print(len(kids))\n")
+    result = box.run(f": {marker}; python3 -c '{spawn}'", ws, Limits(max_procs=16))
+    assert result.exit_code == 0, result.stderr
+    assert 0 < int(result.stdout) <= 16 - 2  # the sandbox's pid 1 and python count too
+    _assert_nothing_left(box, marker)
+
+
+def test_wall_clock_timeout_kills_everything(box: BubblewrapSandbox, ws: Path) -> None:
+    marker = _marker()
+    result = box.run(f": {marker}; setsid sleep 100 & sleep 100", ws, Limits(timeout_s=1))
+    assert (result.timed_out, result.killed_reason, result.exit_code) == (True, "timeout", None)
+    assert 1.0 <= result.seconds < 3.0
+    _assert_nothing_left(box, marker)
+
+
+def test_timeout_applies_after_the_command_closes_its_output(box: BubblewrapSandbox,
+                                                             ws: Path) -> None:
+    marker = _marker()
+    result = box.run(f": {marker}; exec >&- 2>&-; sleep 100", ws, Limits(timeout_s=1))
+    assert (result.timed_out, result.killed_reason) == (True, "timeout")
+    assert result.seconds < 3.0
+    _assert_nothing_left(box, marker)
+
+
+def test_output_flood_is_truncated_and_killed(box: BubblewrapSandbox, ws: Path) -> None:
+    marker = _marker()
+    limits = Limits(max_output_bytes=1000)
+    result = box.run(f": {marker}; yes", ws, limits)
+    assert (result.truncated, result.killed_reason, result.exit_code) == (True, "output limit",
+                                                                          None)
+    assert result.stdout == "y\n" * 500 + "\n[... output truncated at 1000 bytes ...]"
+    assert result.seconds < 5.0
+    _assert_nothing_left(box, marker)
+
+
+def test_large_output_below_the_kill_cap_is_truncated(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("head -c 3000 /dev/zero | tr '\\0' a; echo done >&2", ws,
+                     Limits(max_output_bytes=1000))
+    assert (result.exit_code, result.truncated, result.killed_reason) == (0, True, None)
+    assert result.stdout.startswith("a" * 1000 + "\n" + MARKER)
+    assert result.stderr == "done\n"
+
+
+def test_memory_hog_is_stopped(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("python3 -c 'b = bytearray(2 << 30); print(len(b))'", ws)
+    assert result.exit_code == 1
+    assert result.stderr.rstrip().endswith("MemoryError")
+    assert result.killed_reason == "memory"
+
+
+def test_modest_memory_use_works(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("python3 -c 'b = bytearray(64 << 20); print(len(b))'", ws)
+    assert (result.exit_code, result.stdout) == (0, f"{64 << 20}\n")
+
+
+def test_cpu_spin_is_stopped_by_the_cpu_limit(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("python3 -c 'while True: pass'", ws, Limits(cpu_s=1, timeout_s=10))
+    assert (result.exit_code, result.killed_reason, result.timed_out) == (152, "cpu", False)
+    assert result.seconds < 4.0
+
+
+def test_file_size_bomb_is_stopped(box: BubblewrapSandbox, ws: Path) -> None:
+    result = box.run("head -c 200M /dev/zero > big", ws)
+    assert (result.exit_code, result.killed_reason) == (153, "file size")
+    assert (ws / "big").stat().st_size == Limits().max_file_mib << 20
+
+
+# --- choice, errors, Docker -------------------------------------------------------------
+
+
+def test_default_sandbox_is_bubblewrap_and_cached() -> None:
+    assert isinstance(default_sandbox(), BubblewrapSandbox)
+    assert default_sandbox() is default_sandbox()
+
+
+def test_run_sandboxed_uses_the_default_sandbox(ws: Path) -> None:
+    result = run_sandboxed("echo $HOME", ws, Limits(timeout_s=5))
+    assert result == ShellResult(exit_code=0, stdout="/workspace\n", stderr="", truncated=False,
+                                 timed_out=False, killed_reason=None, seconds=result.seconds)
+
+
+@pytest.mark.parametrize("workspace", ["/", "/tmp", "/usr/share", "/nonexistent/workspace"])
+def test_unsafe_or_missing_workspace_is_refused(box: BubblewrapSandbox, workspace: str) -> None:
+    with pytest.raises(SandboxError):
+        box.run("true", Path(workspace))
+
+
+def test_bad_command_is_refused(box: BubblewrapSandbox, ws: Path) -> None:
+    with pytest.raises(SandboxError, match="NUL"):
+        box.run("echo \0", ws)
+
+
+def test_limits_are_validated() -> None:
+    with pytest.raises(ValueError, match="max_procs"):
+        Limits(max_procs=0)
+
+
+def test_docker_command_line(tmp_path: Path) -> None:
+    argv = DockerSandbox("img:1").build_argv(
+        "echo hi", tmp_path, Limits(memory_mib=256, max_procs=32, cpu_s=5, max_file_mib=8,
+                                    tmp_mib=16), "sbx-1", env={"A": "b"}, user=(999, 995))
+    assert argv[:5] == ["docker", "run", "--rm", "--name", "sbx-1"]
+    pairs = set(itertools.pairwise(argv))
+    for pair in [("--network", "none"), ("--memory", "256m"), ("--memory-swap", "256m"),
+                 ("--pids-limit", "32"), ("--cpus", "1.0"), ("--cap-drop", "ALL"),
+                 ("--security-opt", "no-new-privileges"), ("--ulimit", "cpu=5:6"),
+                 ("--ulimit", f"fsize={8 << 20}"), ("--ulimit", "core=0"),
+                 ("--tmpfs", "/tmp:rw,nosuid,nodev,size=16m"), ("--user", "999:995"),
+                 ("-v", f"{tmp_path}:/workspace:rw"), ("-w", "/workspace"), ("-e", "A=b"),
+                 ("-e", "HOME=/workspace")]:
+        assert pair in pairs
+    assert "--read-only" in argv
+    assert argv[-4:] == ["img:1", "bash", "-c", "echo hi"]
