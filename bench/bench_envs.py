@@ -711,7 +711,7 @@ def many_rows(d: dict[str, Any], awm_rss: float) -> list[Row]:
         Row(B, "  disk used by the instances (sum st_blocks*512 / df delta)",
             f"{fmt_bytes(d['blocks_bytes'])} / {fmt_bytes(d['df_delta_bytes'])}", "",
             f"{fmt_bytes(d['blocks_bytes'] / n)}/instance"),
-        Row(B, f"  every {d['verify_every']}th instance's episode replayed "
+        Row(B, f"  1 in every {d['verify_every']} instances: its episode replayed "
                "onto a fresh mount gives its final hash",
             f"{d['verified_ok']}/{d['verified']}", "", f"in {fmt_s(d['verify_s'])}",
             "all", d["verified_ok"] == d["verified"]),
