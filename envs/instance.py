@@ -310,7 +310,13 @@ class Instance:
         freeze(self._millis(call), f"{self.record.world_hash}:{call}")
         ctx = ToolContext(conn, self._iso(call), call)
         if not spec.writes:
-            return spec.fn(ctx, **kwargs)
+            # A tool that says it only reads must not write: its effects would escape the
+            # episode. query_only makes SQLite refuse any write it attempts.
+            conn.execute("PRAGMA query_only=1")
+            try:
+                return spec.fn(ctx, **kwargs)
+            finally:
+                conn.execute("PRAGMA query_only=0")
         session = apsw.Session(conn, "main")
         session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
         session.attach()
