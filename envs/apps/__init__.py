@@ -1,9 +1,8 @@
 """The shipped apps: hand-written MCP tool sets for the demo world's services.
 
 ``SHIPPED`` maps a service name (``chat``, ``shop``, ``calendar``, ``notes``) to its
-``App``. Each app's ``source`` is its module's source text, so ``app.digest`` pins the
-exact code that serves a world; every module is self-contained (no shared helpers) for
-that reason.
+``App``. Each app's ``source`` is its module's source text followed by the shared helpers'
+(``_common.py``), so ``app.digest`` pins all the code that serves a world.
 """
 
 from __future__ import annotations
@@ -12,14 +11,14 @@ import inspect
 from types import ModuleType
 
 from envs.app import App
-from envs.apps import calendar, chat, notes, shop
+from envs.apps import _common, calendar, chat, notes, shop
 
 
 def _ship(module: ModuleType) -> App:
     app = module.app
     if not isinstance(app, App):
         raise TypeError(f"{module.__name__}.app is not an App")
-    app.source = inspect.getsource(module)
+    app.source = inspect.getsource(module) + inspect.getsource(_common)
     return app
 
 

@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, Field
 
 from envs.app import App, ToolContext, ToolError
+from envs.apps._common import check_page, iso_day, like
 
 app = App(service="calendar", name="calendar", version="1.0.0")
 
@@ -116,26 +117,7 @@ class EventPage(BaseModel):
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _check_page(limit: int, offset: int) -> None:
-    if not 1 <= limit <= 100:
-        raise ToolError(f"limit must be between 1 and 100, got {limit}")
-    if offset < 0:
-        raise ToolError(f"offset must be 0 or more, got {offset}")
 
-
-def _like(word: str) -> str:
-    """A LIKE pattern (ESCAPE '\\') matching `word` literally anywhere."""
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _day(value: str | None, name: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise ToolError(f"{name} must be a date in the form YYYY-MM-DD, got {value!r}") from None
 
 
 def _text(value: str | None, name: str, *, required: bool) -> str | None:
@@ -260,7 +242,7 @@ def _touch(ctx: ToolContext, event_id: int) -> None:
 @app.tool(writes=False)
 def list_calendars(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> CalendarPage:
     """List your calendars."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     total = int(ctx.value("SELECT COUNT(*) FROM calendars WHERE owner_id = ?", (ctx.user_id,)))
     rows = ctx.rows(
         """SELECT c.id, c.name, c.color, c.timezone,
@@ -295,10 +277,10 @@ def list_events(
     offset: Offset = 0,
 ) -> EventPage:
     """List events in your calendars by start time, with attendees and reminders."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["c.owner_id = ?"]
     params: list[Any] = [ctx.user_id]
-    start, end = _day(date_from, "date_from"), _day(date_to, "date_to")
+    start, end = iso_day(date_from, "date_from"), iso_day(date_to, "date_to")
     if start is not None:
         where.append("substr(e.end_at, 1, 10) >= ?")
         params.append(start)
@@ -321,7 +303,7 @@ def list_events(
     for word in (query or "").split()[:10]:
         where.append("(e.title LIKE ? ESCAPE '\\' OR COALESCE(e.description, '') LIKE ? "
                      "ESCAPE '\\' OR COALESCE(e.location, '') LIKE ? ESCAPE '\\')")
-        params += [_like(word)] * 3
+        params += [like(word)] * 3
     clause = " AND ".join(where)
     total = int(ctx.value(
         f"SELECT COUNT(*) FROM events e JOIN calendars c ON c.id = e.calendar_id "
@@ -536,14 +518,14 @@ def list_contacts(
     offset: Offset = 0,
 ) -> ContactPage:
     """List your contacts (to invite them to events)."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["1 = 1"]
     params: list[Any] = []
     for word in (query or "").split()[:10]:
         where.append("(name LIKE ? ESCAPE '\\' OR COALESCE(email, '') LIKE ? ESCAPE '\\' OR "
                      "COALESCE(phone, '') LIKE ? ESCAPE '\\' OR "
                      "COALESCE(company, '') LIKE ? ESCAPE '\\')")
-        params += [_like(word)] * 4
+        params += [like(word)] * 4
     clause = " AND ".join(where)
     total = int(ctx.value(f"SELECT COUNT(*) FROM contacts WHERE {clause}", params))
     rows = ctx.rows(f"SELECT id, name, email, phone, company FROM contacts WHERE {clause} "

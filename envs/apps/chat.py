@@ -11,12 +11,12 @@ exist. The user directory (names, handles, work contact details) is shared by ev
 
 from __future__ import annotations
 
-from datetime import date
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from envs.app import App, ToolContext, ToolError
+from envs.apps._common import check_page, iso_day, like
 
 app = App(service="chat", name="messenger", version="1.0.0")
 
@@ -108,17 +108,6 @@ class MarkReadResult(BaseModel):
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _check_page(limit: int, offset: int) -> None:
-    if not 1 <= limit <= 100:
-        raise ToolError(f"limit must be between 1 and 100, got {limit}")
-    if offset < 0:
-        raise ToolError(f"offset must be 0 or more, got {offset}")
-
-
-def _like(word: str) -> str:
-    """A LIKE pattern (ESCAPE '\\') matching `word` literally anywhere."""
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
 
 
 def _words(query: str) -> list[str]:
@@ -129,14 +118,6 @@ def _words(query: str) -> list[str]:
         raise ToolError("query may contain at most 10 words")
     return words
 
-
-def _day(value: str | None, name: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise ToolError(f"{name} must be a date in the form YYYY-MM-DD, got {value!r}") from None
 
 
 _MESSAGE_SQL = """
@@ -210,7 +191,7 @@ def list_conversations(
 ) -> ConversationPage:
     """List your conversations, most recent activity first, with members, unread count and
     the last message. Use read_conversation to see the messages of one."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["c.id IN (SELECT conversation_id FROM conversation_members WHERE user_id = :me)"]
     params: dict[str, Any] = {"me": ctx.user_id}
     if kind is not None:
@@ -245,7 +226,7 @@ def read_conversation(
 ) -> Thread:
     """Read the messages of one of your conversations: the latest `limit` messages (page
     back with `offset`), oldest first. Reading does not change read state; use mark_read."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     row = _member_conversation(ctx, conversation_id)
     total = int(ctx.value("SELECT COUNT(*) FROM messages WHERE conversation_id = ?",
                           (conversation_id,)))
@@ -276,13 +257,13 @@ def search_messages(
     offset: Offset = 0,
 ) -> MessagePage:
     """Search the messages of your conversations, newest first."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["m.conversation_id IN (SELECT conversation_id FROM conversation_members "
              "WHERE user_id = ?)"]
     params: list[Any] = [ctx.user_id]
     for word in _words(query):
         where.append("m.body LIKE ? ESCAPE '\\'")
-        params.append(_like(word))
+        params.append(like(word))
     if conversation_id is not None:
         _member_conversation(ctx, conversation_id)
         where.append("m.conversation_id = ?")
@@ -293,7 +274,7 @@ def search_messages(
     if unread_only:
         where.append("m.is_read = 0 AND m.sender_id <> ?")
         params.append(ctx.user_id)
-    start, end = _day(sent_from, "sent_from"), _day(sent_to, "sent_to")
+    start, end = iso_day(sent_from, "sent_from"), iso_day(sent_to, "sent_to")
     if start is not None:
         where.append("substr(m.sent_at, 1, 10) >= ?")
         params.append(start)
@@ -389,7 +370,7 @@ def list_users(
     offset: Offset = 0,
 ) -> UserPage:
     """List people in the chat directory (use their ids to start conversations)."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where: list[str] = ["1 = 1"]
     params: list[Any] = []
     for word in _words(query) if query and query.strip() else []:
@@ -397,7 +378,7 @@ def list_users(
                      "COALESCE(company, '') LIKE ? ESCAPE '\\' OR "
                      "COALESCE(title, '') LIKE ? ESCAPE '\\' OR "
                      "COALESCE(email, '') LIKE ? ESCAPE '\\')")
-        params += [_like(word)] * 5
+        params += [like(word)] * 5
     clause = " AND ".join(where)
     total = int(ctx.value(f"SELECT COUNT(*) FROM users WHERE {clause}", params))
     rows = ctx.rows(f"SELECT id, name, handle, email, phone, company, title FROM users "

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from envs.app import App, ToolContext, ToolError
+from envs.apps._common import check_page, like
 
 app = App(service="notes", name="notes", version="1.0.0")
 
@@ -102,17 +103,6 @@ class Deleted(BaseModel):
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _check_page(limit: int, offset: int) -> None:
-    if not 1 <= limit <= 100:
-        raise ToolError(f"limit must be between 1 and 100, got {limit}")
-    if offset < 0:
-        raise ToolError(f"offset must be 0 or more, got {offset}")
-
-
-def _like(word: str) -> str:
-    """A LIKE pattern (ESCAPE '\\') matching `word` literally anywhere."""
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
 
 
 def _title(value: str) -> str:
@@ -233,7 +223,7 @@ def _filters(ctx: ToolContext, notebook_id: int | None, tag: str | None,
 @app.tool(writes=False)
 def list_notebooks(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> NotebookPage:
     """List your notebooks with how many notes each holds."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     total = int(ctx.value("SELECT COUNT(*) FROM notebooks"))
     rows = ctx.rows(
         """SELECT b.id, b.name, (SELECT COUNT(*) FROM notes n WHERE n.notebook_id = b.id
@@ -246,7 +236,7 @@ def list_notebooks(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> N
 @app.tool(writes=False)
 def list_tags(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> TagPage:
     """List the tags in use, by name, with how many notes carry each."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     total = int(ctx.value("SELECT COUNT(*) FROM tags"))
     rows = ctx.rows(
         """SELECT t.id, t.name, (SELECT COUNT(*) FROM note_tags nt WHERE nt.tag_id = t.id)
@@ -269,7 +259,7 @@ def list_notes(
 ) -> NotePage:
     """List your notes: pinned first, then the most recently updated. Items carry a snippet
     of the body; use get_note for the full text."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where, params = _filters(ctx, notebook_id, tag, include_archived)
     if pinned_only:
         where.append("n.is_pinned = 1")
@@ -291,7 +281,7 @@ def search_notes(
     offset: Offset = 0,
 ) -> NotePage:
     """Search your notes by words in the title or body."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     words = query.split()
     if not words:
         raise ToolError("query must contain at least one word")
@@ -300,7 +290,7 @@ def search_notes(
     where, params = _filters(ctx, notebook_id, tag, include_archived)
     for word in words:
         where.append("(n.title LIKE ? ESCAPE '\\' OR n.body LIKE ? ESCAPE '\\')")
-        params += [_like(word)] * 2
+        params += [like(word)] * 2
     return _note_page(ctx, where, params, limit, offset)
 
 

@@ -15,12 +15,12 @@ there; MVA is 25 % of subtotal plus shipping, rounded down to whole øre.
 from __future__ import annotations
 
 import re
-from datetime import date
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from envs.app import App, ToolContext, ToolError
+from envs.apps._common import check_page, iso_day, like
 
 app = App(service="shop", name="avshop", version="1.0.0")
 
@@ -187,31 +187,12 @@ class OrderPage(BaseModel):
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _check_page(limit: int, offset: int) -> None:
-    if not 1 <= limit <= 100:
-        raise ToolError(f"limit must be between 1 and 100, got {limit}")
-    if offset < 0:
-        raise ToolError(f"offset must be 0 or more, got {offset}")
-
 
 def _check_quantity(quantity: int) -> None:
     if not 1 <= quantity <= 999:
         raise ToolError(f"quantity must be between 1 and 999, got {quantity}")
 
 
-def _like(word: str) -> str:
-    """A LIKE pattern (ESCAPE '\\') matching `word` literally anywhere."""
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _day(value: str | None, name: str) -> str | None:
-    if value is None:
-        return None
-    try:
-        return date.fromisoformat(value).isoformat()
-    except ValueError:
-        raise ToolError(f"{name} must be a date in the form YYYY-MM-DD, got {value!r}") from None
 
 
 def _text(value: str | None, name: str, *, required: bool) -> str | None:
@@ -345,7 +326,7 @@ def _next_order_number(ctx: ToolContext) -> str:
 @app.tool(writes=False)
 def list_categories(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> CategoryPage:
     """List the product categories (use a category's slug to filter search_products)."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     total = int(ctx.value("SELECT COUNT(*) FROM categories"))
     rows = ctx.rows(
         """SELECT c.id, c.slug, c.name,
@@ -380,13 +361,13 @@ def search_products(
     offset: Offset = 0,
 ) -> ProductPage:
     """Search the catalogue of products that are for sale (prices in øre excl. MVA)."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["p.is_active = 1"]
     params: list[Any] = []
     for word in (query or "").split()[:10]:
         where.append("(p.name LIKE ? ESCAPE '\\' OR p.sku LIKE ? ESCAPE '\\' OR "
                      "COALESCE(p.brand, '') LIKE ? ESCAPE '\\')")
-        params += [_like(word)] * 3
+        params += [like(word)] * 3
     if category is not None:
         cat_id = ctx.value("SELECT id FROM categories WHERE slug = ?", (category,))
         if cat_id is None:
@@ -495,7 +476,7 @@ def remove_from_cart(ctx: ToolContext, product_id: ProductId) -> Cart:
 @app.tool(writes=False)
 def list_addresses(ctx: ToolContext, limit: Limit = 20, offset: Offset = 0) -> AddressPage:
     """List your saved shipping addresses (the default one first)."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     total = int(ctx.value("SELECT COUNT(*) FROM addresses WHERE user_id = ?", (ctx.user_id,)))
     rows = ctx.rows("SELECT * FROM addresses WHERE user_id = ? ORDER BY is_default DESC, id "
                     "LIMIT ? OFFSET ?", (ctx.user_id, limit, offset))
@@ -612,13 +593,13 @@ def list_orders(
     offset: Offset = 0,
 ) -> OrderPage:
     """List your orders, newest first."""
-    _check_page(limit, offset)
+    check_page(limit, offset)
     where = ["o.user_id = ?"]
     params: list[Any] = [ctx.user_id]
     if status is not None:
         where.append("o.status = ?")
         params.append(status)
-    start, end = _day(placed_from, "placed_from"), _day(placed_to, "placed_to")
+    start, end = iso_day(placed_from, "placed_from"), iso_day(placed_to, "placed_to")
     if start is not None:
         where.append("substr(o.placed_at, 1, 10) >= ?")
         params.append(start)
