@@ -43,7 +43,6 @@ DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" /
 WORLDCTL = Path(sys.executable).parent / "worldctl"
 TITLE = "Episode-title"
 
-# A distinct source gives this app its own tool-set cache entry (see envs.instance.tool_set).
 notes = App(service="notes", name="episode-test-notes", version="1",
             source=Path(__file__).read_text())
 

@@ -36,7 +36,6 @@ DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" /
 TOKEN = "s3cret-token"
 NOTE_TOOLS = ["notes_get_note", "notes_rename_note", "notes_slow"]
 
-# `source` keys the shared tool-set cache: it must differ from other test apps' sources.
 notes = App(service="notes", name="gateway-notes", version="1", source=Path(__file__).read_text())
 
 
