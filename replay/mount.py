@@ -61,17 +61,29 @@ class Mount:
             self._copy_all()
             return
         wanted = dict(self._snapshot_files())
-        for rel, path in _walk(self.path):
-            stamp = self._stamps.get(rel)
-            if stamp is None or rel not in wanted or _stamp(path) != stamp:
-                path.unlink()
+        self._drop_changed(wanted)
         for rel, src in wanted.items():
             dst = self.path / rel
             if dst.is_dir() and not dst.is_symlink():
                 remove_tree(dst)  # a directory now stands where the file was
             if not os.path.lexists(dst):
                 self._copy_one(rel, src, dst)
-        _remove_empty_dirs(self.path, keep={self.path / SERVICES, self.path / WORKSPACE})
+
+    def _drop_changed(self, wanted: dict[str, Path]) -> None:
+        """One bottom-up walk: remove every file that is not an untouched snapshot copy,
+        then every directory that is left empty (but the world's own two)."""
+        keep = {str(self.path), str(self.path / SERVICES), str(self.path / WORKSPACE)}
+        for dirpath, dirnames, filenames in os.walk(self.path, topdown=False):
+            rel_dir = os.path.relpath(dirpath, self.path)
+            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            for name in filenames + links:
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                path = Path(dirpath, name)
+                stamp = self._stamps.get(rel)
+                if stamp is None or rel not in wanted or _stamp(path) != stamp:
+                    path.unlink()
+            if dirpath not in keep and not os.listdir(dirpath):
+                os.rmdir(dirpath)
 
     def hash(self) -> str:
         self._check_open()
@@ -168,8 +180,3 @@ def _walk(root: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def _remove_empty_dirs(root: Path, keep: set[Path]) -> None:
-    for dirpath, _dirnames, _filenames in os.walk(root, topdown=False):
-        folder = Path(dirpath)
-        if folder != root and folder not in keep and not any(folder.iterdir()):
-            folder.rmdir()
