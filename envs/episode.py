@@ -16,7 +16,7 @@ import apsw
 import msgspec
 
 from replay.files import remove_tree
-from replay.layout import WORKSPACE, workspace_path
+from replay.layout import workspace_path
 from replay.mount import Mount
 
 
@@ -118,7 +118,3 @@ def _apply_file_change(root: Path, change: FileChange) -> None:
     else:
         assert change.data is not None
         target.write_bytes(change.data)
-
-
-def workspace_root(root: Path) -> Path:
-    return root / WORKSPACE

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from replay.files import copy_tree, remove_tree
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
-from worldstore.errors import IntegrityError
 
 _COUNTER = itertools.count()
 
@@ -101,12 +100,6 @@ class SnapshotCache:
                 except FileNotFoundError:
                     continue  # another process claimed it
                 remove_tree(claimed)
-
-
-def require_sound(cache: SnapshotCache, world_hash: str) -> None:
-    problem = cache.check(world_hash)
-    if problem:
-        raise IntegrityError(problem)
 
 
 def _make_read_only(root: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -447,9 +447,6 @@ class Worlds:
             count += 1
         return count
 
-    def iter_records(self) -> Iterator[DayRecord]:
-        for summary in self.store.personas():
-            yield from self.store.days(summary.persona)
 
 
 def ref_is_stable(ref: str) -> bool:
