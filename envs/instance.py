@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import apsw
 import msgspec
@@ -29,24 +29,27 @@ from fastmcp.exceptions import ValidationError as McpValidationError
 from fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 
-from envs.app import App, ToolContext, ToolSpec, bind
+from envs.app import App, ToolSpec, bind
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
+from envs.execute import execute_tool, open_tool_db
 from replay.diff import WorldDiff
 from replay.engine import Worlds, ref_is_stable
 from replay.hashing import file_digest
 from replay.layout import iter_apps, iter_workspace
 from replay.mount import Mount
-from replay.sqlite import freeze, open_event_db
 from worldstore.canonical import digest_of
 from worldstore.errors import WorldError
 from worldstore.names import ts_millis
 from worldstore.store import DayRecord
 
+if TYPE_CHECKING:
+    from envs.workers import RemoteApp, WorkerPool
+
 T = TypeVar("T")
 _CURRENT: contextvars.ContextVar[Instance] = contextvars.ContextVar("agentworlds_instance")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
-_TOOLS_FOR_APPS: dict[tuple[int, ...], tuple[tuple[App, ...], ToolSet]] = {}
+_TOOLS_FOR_APPS: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], ToolSet]] = {}
 _TOOLS_LOCK = threading.Lock()
 
 
@@ -96,7 +99,7 @@ class ToolSet:
     infos: list[ToolInfo]
 
 
-def tool_set(apps: list[App]) -> ToolSet:
+def tool_set(apps: list[App | RemoteApp]) -> ToolSet:
     key = tuple(sorted(id(a) for a in apps))
     with _TOOLS_LOCK:
         found = _TOOLS_FOR_APPS.get(key)
@@ -105,12 +108,19 @@ def tool_set(apps: list[App]) -> ToolSet:
     return found[1]
 
 
-def _build_tool_set(apps: list[App]) -> ToolSet:
+def _build_tool_set(apps: list[App | RemoteApp]) -> ToolSet:
     _quiet_fastmcp()
     server = FastMCP("agent-worlds")
     specs: dict[str, ToolSpec] = {}
     infos = []
     for app in sorted(apps, key=lambda a: a.service):
+        if not isinstance(app, App):  # carried code: tools served by its sandboxed worker
+            for spec, remote in app.tools():
+                server.add_tool(remote)
+                specs[spec.full_name] = spec
+                infos.append(ToolInfo(spec.full_name, spec.description, remote.parameters,
+                                      remote.output_schema, spec.writes))
+            continue
         for spec in sorted(app.tools.values(), key=lambda s: s.name):
             tool = Tool.from_function(
                 bind(spec, _run_in_current), name=spec.full_name,
@@ -155,6 +165,20 @@ class Environment:
         # persona@N and world hashes always name the same stored day (Worlds.mount caches
         # them the same way): resolve each once, not with two store queries per open.
         self._records: dict[str, DayRecord] = {}
+        self._pool: WorkerPool | None = None
+
+    def close(self) -> None:
+        """Stop the sandboxed workers of carried apps (instances stay usable for shipped
+        apps; a carried app's next call starts its worker again)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> Environment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def open(self, ref: str) -> Instance:
         record = self._records.get(ref)
@@ -170,21 +194,19 @@ class Environment:
             raise
         return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}")
 
-    def _apps_for(self, mount: Mount) -> list[App]:
+    def _apps_for(self, mount: Mount) -> list[App | RemoteApp]:
         """The apps serving a world's services. A service the world pins must be served by
         exactly the pinned code (name, version and source digest); an unpinned service is
         served by the app of the same service name, if there is one."""
         pins = read_pins(mount.path) if self.check_pins else {}
-        apps = []
+        apps: list[App | RemoteApp] = []
         for service in sorted(mount.manifest.services):
             app = self.apps.get(service)
             pin = pins.get(service)
             if pin is not None:
                 if pin.get("carried"):
-                    raise AppPinError(
-                        f"service {service!r} is served by app {pin['app']!r} carried in the "
-                        "world's log; running carried app code needs the sandboxed app "
-                        "worker, which this version does not have")
+                    apps.append(self._carried(mount, service, pin))
+                    continue
                 if app is None or (app.name, app.version, app.digest) != (
                         pin["app"], pin["version"], pin["digest"]):
                     have = f"{app.name} {app.version} ({app.digest})" if app else "no app"
@@ -195,16 +217,31 @@ class Environment:
                 apps.append(app)
         return apps
 
+    def _carried(self, mount: Mount, service: str, pin: dict[str, Any]) -> RemoteApp:
+        """A carried app, served by a sandboxed worker (shared by every instance whose
+        world carries the same code); its code never runs in this process."""
+        from envs.workers import AppLoadError, WorkerPool
+
+        code = (mount.path / "apps" / f"{service}.py").read_text(encoding="utf-8")
+        if self._pool is None:
+            self._pool = WorkerPool()
+        try:
+            return self._pool.app(service, code, mount.path.parent)
+        except AppLoadError as exc:
+            raise AppPinError(f"service {service!r}: the app {pin['app']!r} carried in the "
+                              f"world's log cannot be served: {exc}") from exc
+
 
 class Instance:
     """One agent's private world. Not for concurrent use by several agents."""
 
-    def __init__(self, mount: Mount, record: DayRecord, apps: list[App], *,
+    def __init__(self, mount: Mount, record: DayRecord, apps: list[App | RemoteApp], *,
                  instance_id: str) -> None:
         self.mount = mount
         self.record = record
         self.instance_id = instance_id
         tools = tool_set(apps)
+        self._remote = [a for a in apps if not isinstance(a, App)]
         self.server, self.tools, self._infos = tools.server, tools.specs, tools.infos
         self._conns: dict[str, apsw.Connection] = {}
         self._start = datetime.fromisoformat(record.last_ts[:-1]).replace(tzinfo=UTC)
@@ -307,52 +344,30 @@ class Instance:
         call = self._call_index
         # Seeded by the snapshot and the call's position only: the same calls on any
         # instance of the same snapshot draw the same "random" values.
-        freeze(self._millis(call), f"{self.record.world_hash}:{call}")
-        ctx = ToolContext(conn, self._iso(call), call)
-        if not spec.writes:
-            # A tool that says it only reads must not write: its effects would escape the
-            # episode. query_only makes SQLite refuse any write it attempts.
-            conn.execute("PRAGMA query_only=1")
-            try:
-                return spec.fn(ctx, **kwargs)
-            finally:
-                conn.execute("PRAGMA query_only=0")
-        session = apsw.Session(conn, "main")
-        session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
-        session.attach()
-        sequences_before = _sequences(conn)
-        conn.execute("SAVEPOINT tool_call")
-        try:
-            result = spec.fn(ctx, **kwargs)
-        except BaseException:
-            conn.execute("ROLLBACK TO tool_call")
-            conn.execute("RELEASE tool_call")
-            session.close()
-            raise
-        conn.execute("RELEASE tool_call")
-        changeset = session.changeset()
-        session.close()
-        sequences = _sequences(conn)
-        if changeset or sequences != sequences_before:
-            self._pending.append(DbChange(
-                index=call, service=spec.service, changeset=changeset,
-                sequences=sequences if sequences != sequences_before else None))
+        result, effect = execute_tool(
+            conn, spec, kwargs, millis=self._millis(call),
+            seed=f"{self.record.world_hash}:{call}", now=self._iso(call), call_index=call)
+        if effect is not None:
+            self._record_effect(spec.service, *effect)
         return result
+
+    def _record_effect(self, service: str, changeset: bytes,
+                       sequences: list[tuple[str, int]] | None) -> None:
+        self._pending.append(DbChange(index=self._call_index, service=service,
+                                      changeset=changeset, sequences=sequences))
 
     def _connection(self, service: str) -> apsw.Connection:
         conn = self._conns.get(service)
         if conn is None:
-            conn = open_event_db(self.mount.db_path(service))
-            conn.authorizer = None  # shipped apps are project code; guards are for events
-            # An instance is a scratch copy, re-creatable from its snapshot and episode.
-            conn.execute("PRAGMA synchronous=OFF")
-            self._conns[service] = conn
+            conn = self._conns[service] = open_tool_db(self.mount.db_path(service))
         return conn
 
     def _close_connections(self) -> None:
         conns, self._conns = self._conns, {}
         for conn in conns.values():
             conn.close()
+        for app in self._remote:  # carried apps keep their connections in their worker
+            app.worker.forget(self.mount.db_path(app.service))
 
     def _next_call(self) -> tuple[int, str]:
         self._call_index += 1
@@ -376,15 +391,6 @@ class Instance:
     def _check_open(self) -> None:
         if self._closed:
             raise InstanceClosed(f"instance {self.instance_id} is closed")
-
-
-def _sequences(conn: apsw.Connection) -> list[tuple[str, int]] | None:
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_schema WHERE name = 'sqlite_sequence'").fetchone()
-    if not exists:
-        return None
-    return [(str(n), int(s)) for n, s in
-            conn.execute("SELECT name, seq FROM sqlite_sequence ORDER BY name")]
 
 
 def _workspace_state(root: Path) -> dict[str, tuple[int, str, str | None]]:
@@ -427,8 +433,3 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
             threading.Thread(target=_LOOP.run_forever, name="agentworlds-loop",
                              daemon=True).start()
     return asyncio.run_coroutine_threadsafe(coro, _LOOP).result()
-
-
-def encode_result(result: ToolResult) -> bytes:
-    return msgspec.json.encode({"is_error": result.is_error, "text": result.text,
-                                "structured": result.structured})

@@ -99,10 +99,17 @@ def test_an_instance_is_served_only_by_the_pinned_code(tmp_path: Path) -> None:
         Environment(worlds, apps={}).open("p@0")
 
 
-def test_carried_code_is_refused_until_the_sandboxed_worker_exists(tmp_path: Path) -> None:
-    worlds = _import(tmp_path, _log(_pin(app="mine", version="0.1", code="x = 1\n")))
-    with pytest.raises(AppPinError, match="sandboxed app worker"):
-        Environment(worlds, apps={"notes": APP}).open("p@0")
+def test_carried_code_is_served_by_a_sandboxed_worker(tmp_path: Path) -> None:
+    code = ('from envs.app import App, ToolContext\n'
+            'app = App(service="notes", name="mine", version="0.1")\n'
+            '@app.tool(writes=False)\n'
+            'def count(ctx: ToolContext) -> int:\n'
+            '    """How many notes."""\n'
+            '    return ctx.value("SELECT COUNT(*) FROM notes")\n')
+    worlds = _import(tmp_path, _log(_pin(app="mine", version="0.1", code=code)))
+    with Environment(worlds, apps={"notes": APP}) as env, env.open("p@0") as instance:
+        assert [t.name for t in instance.list_tools()] == ["notes_count"]
+        assert instance.call_tool("notes_count").text == "1"
 
 
 def test_the_demo_world_pins_exactly_the_shipped_apps(demo_jsonl: Path) -> None:

@@ -1,0 +1,365 @@
+"""Sandboxed workers for app code carried in a world's log.
+
+Carried code is untrusted: it never runs in this process. ``AppWorker`` runs
+``python -m envs.worker`` (one loaded app) under bubblewrap and sends it one request at a
+time; ``WorkerPool`` keeps one worker per (service, code digest), so every instance of
+worlds carrying the same code shares it and only the first open waits for a start.
+
+What the worker sees: a new root with the system's ``/usr`` and ``/lib*`` (read-only), the
+Python installation at ``/opt/python``, the virtual environment's site-packages at
+``/opt/site`` and the project's packages under ``/opt/src`` (all read-only), and the
+directory holding the instances (read-write, at its own path, so database paths are the
+same on both sides). No network (only a private loopback), new pid/ipc/uts/cgroup/user
+namespaces, no nested user namespaces, every capability dropped, no new privileges, and
+``prlimit`` bounds on address space, CPU seconds, file size and open files. It runs as uid
+0 *inside its own user namespace* with no capabilities: the instance files are owned by
+the host's user, and without CAP_DAC_OVERRIDE that uid can write only what is bound
+writable (everything else is a read-only mount). A call that outlives ``timeout_s`` (or a
+worker that dies) gets an error result; the worker is killed and restarted on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from fastmcp.exceptions import ToolError as McpToolError
+from fastmcp.tools import Tool, ToolResult
+from mcp.types import TextContent, ToolAnnotations
+
+from envs.app import ToolSpec
+from worldstore.canonical import digest
+from worldstore.errors import SandboxError, WorldError
+
+PYTHON_AT = "/opt/python"
+SITE_AT = "/opt/site"
+SRC_AT = "/opt/src"
+PACKAGES = ("envs", "replay", "worldstore", "migrations")
+SYSTEM_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+class AppLoadError(WorldError):
+    """Carried app code that the worker could not load."""
+
+
+class WorkerError(WorldError):
+    """The worker timed out, died or answered nonsense."""
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    timeout_s: float = 10.0  # wall clock per request
+    start_timeout_s: float = 60.0  # the first request (load) also starts Python
+    cpu_s: int = 600  # CPU seconds for the worker's whole life (it restarts when hit)
+    memory_mib: int = 2048  # address space
+    max_file_mib: int = 256
+
+
+def _python_paths() -> tuple[str, str, list[str]]:
+    """The interpreter's prefix, the venv's site-packages and the package directories."""
+    prefix = os.path.realpath(sys.base_prefix)
+    site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    import envs
+
+    root = Path(envs.__file__).resolve().parent.parent
+    packages = [str(root / name) for name in PACKAGES if (root / name / "__init__.py").exists()]
+    return prefix, site, packages
+
+
+class AppWorker:
+    """One sandboxed ``envs.worker`` process serving one carried app."""
+
+    def __init__(self, service: str, code: str, root: Path,
+                 limits: WorkerLimits | None = None) -> None:
+        self.service = service
+        self.code = code
+        self.root = Path(os.path.realpath(root))
+        self.limits = limits or WorkerLimits()
+        self.loaded: dict[str, Any] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr: Any = None
+        self._buffer = bytearray()
+        self._open: set[str] = set()
+        self._lock = threading.Lock()
+        tools = {n: shutil.which(n, path="/usr/sbin:/usr/bin:/sbin:/bin")
+                 for n in ("bwrap", "prlimit")}
+        if None in tools.values():
+            raise SandboxError("running carried app code needs bubblewrap and util-linux's "
+                               "prlimit (apt-get install bubblewrap util-linux)")
+        self._bwrap, self._prlimit = str(tools["bwrap"]), str(tools["prlimit"])
+
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the sandbox (bwrap), while running."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def argv(self) -> list[str]:
+        prefix, site, packages = _python_paths()
+        lim = self.limits
+        argv = [self._prlimit, f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}",
+                f"--as={lim.memory_mib << 20}", f"--fsize={lim.max_file_mib << 20}",
+                "--nofile=256", "--core=0", "--", self._bwrap,
+                "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+                "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        for path in SYSTEM_PATHS:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        argv += ["--ro-bind", prefix, PYTHON_AT, "--ro-bind", site, SITE_AT]
+        for package in packages:
+            argv += ["--ro-bind", package, f"{SRC_AT}/{Path(package).name}"]
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp",
+                 "--bind", str(self.root), str(self.root),
+                 "--chdir", "/tmp", "--clearenv",
+                 "--setenv", "PATH", f"{PYTHON_AT}/bin:/usr/bin:/bin",
+                 "--setenv", "PYTHONHOME", PYTHON_AT,
+                 "--setenv", "PYTHONPATH", f"{SRC_AT}:{SITE_AT}",
+                 "--setenv", "LD_LIBRARY_PATH", f"{PYTHON_AT}/lib",
+                 "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+                 "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+                 "--remount-ro", "/", "--",
+                 f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}",
+                 "-s", "-m", "envs.worker"]
+        return argv
+
+    # --- requests ---------------------------------------------------------------------
+
+    def load(self) -> dict[str, Any]:
+        """Start the worker and load the code (once); the load reply describes the tools."""
+        with self._lock:
+            if self.loaded is None:
+                self._ensure_started()
+            assert self.loaded is not None
+            return self.loaded
+
+    def call(self, tool: str, arguments: dict[str, Any], *, db: Path, millis: int, seed: str,
+             now: str, call_index: int) -> dict[str, Any]:
+        """Run one tool call; a timeout or crash is an error reply (and a restart later)."""
+        path = str(db)
+        with self._lock:
+            try:
+                self._ensure_started()
+                self._open.add(path)
+                reply = self._request({"op": "call", "tool": tool, "arguments": arguments,
+                                       "db": path, "millis": millis, "seed": seed,
+                                       "now": now, "call_index": call_index},
+                                      self.limits.timeout_s)
+            except (WorkerError, AppLoadError) as exc:
+                self._stop()
+                return {"ok": False, "error": str(exc)}
+            return reply
+
+    def forget(self, db: Path) -> None:
+        """Close the worker's connection to `db` (before its files are replaced)."""
+        path = str(db)
+        with self._lock:
+            if path not in self._open:
+                return
+            self._open.discard(path)
+            if self._proc is None:
+                return
+            try:
+                self._request({"op": "forget", "db": path}, self.limits.timeout_s)
+            except WorkerError:
+                self._stop()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    # --- process ----------------------------------------------------------------------
+
+    def _ensure_started(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self._stop()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
+        self._proc = subprocess.Popen(
+            self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin"})
+        reply = self._request({"op": "load", "service": self.service, "code": self.code},
+                              self.limits.start_timeout_s)
+        if not reply.get("ok"):
+            self._stop()
+            raise AppLoadError(str(reply.get("error")))
+        self.loaded = reply
+
+    def _request(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        proc = self._proc
+        if proc is None or proc.stdin is None or proc.stdout is None:
+            raise WorkerError("the app worker is not running")
+        try:
+            proc.stdin.write(msgspec.json.encode(request) + b"\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerError(f"the app worker died{self._why()}") from exc
+        line = self._read_line(proc, time.monotonic() + timeout, timeout)
+        try:
+            reply = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            raise WorkerError(f"the app worker sent a bad reply: {line[:200]!r}") from exc
+        if not isinstance(reply, dict):
+            raise WorkerError("the app worker sent a bad reply")
+        return reply
+
+    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float,
+                   timeout: float) -> bytes:
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                end = self._buffer.find(b"\n")
+                if end >= 0:
+                    line = bytes(self._buffer[:end])
+                    del self._buffer[:end + 1]
+                    return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerError(f"the app call took longer than {timeout:g} s; "
+                                      "the app worker was stopped")
+                if sel.select(left):
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        proc.wait(timeout=5)
+                        raise WorkerError(f"the app worker died (exit {proc.returncode})"
+                                          f"{self._why()}")
+                    self._buffer += chunk
+
+    def _why(self) -> str:
+        if self._stderr is None:
+            return ""
+        with contextlib.suppress(OSError):
+            self._stderr.seek(0, os.SEEK_END)
+            size = self._stderr.tell()
+            self._stderr.seek(max(0, size - 2000))
+            tail = self._stderr.read().decode("utf-8", "replace").strip()
+            return f": {tail}" if tail else ""
+        return ""
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        self._buffer.clear()
+        self._open.clear()  # a new process holds no connections
+        if proc is not None:
+            if proc.poll() is None:
+                from envs.sandbox import _kill_bwrap
+
+                _kill_bwrap(proc)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+
+class _RemoteTool(Tool):
+    """A carried app's tool: the call runs in the worker against the current instance."""
+
+    worker: Any = None
+    service: str = ""
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        from envs.instance import _CURRENT
+
+        instance = _CURRENT.get()
+        call = instance._call_index
+        reply = await asyncio.to_thread(
+            self.worker.call, self.name, arguments, db=instance.mount.db_path(self.service),
+            millis=instance._millis(call), seed=f"{instance.record.world_hash}:{call}",
+            now=instance._iso(call), call_index=call)
+        if not reply.get("ok"):
+            raise McpToolError(f"Error calling tool {self.name!r}: {reply.get('error')}")
+        if reply.get("changeset") is not None or reply.get("sequences") is not None:
+            sequences = reply.get("sequences")
+            instance._record_effect(
+                self.service, base64.b64decode(reply.get("changeset") or ""),
+                [(str(n), int(s)) for n, s in sequences] if sequences is not None else None)
+        if reply.get("is_error"):
+            raise McpToolError(str(reply.get("text")))
+        structured = reply.get("structured")
+        return ToolResult(content=[TextContent(type="text", text=str(reply.get("text")))],
+                          structured_content=structured if isinstance(structured, dict)
+                          else None)
+
+
+def _never(*_: Any, **__: Any) -> Any:
+    raise RuntimeError("a carried app's tools run only in its sandboxed worker")
+
+
+class RemoteApp:
+    """A carried app as an instance sees it: its tools, served by its worker."""
+
+    def __init__(self, service: str, worker: AppWorker) -> None:
+        loaded = worker.load()
+        self.service = service
+        self.worker = worker
+        self.name = str(loaded["app"])
+        self.version = str(loaded["version"])
+        self._tools = []
+        for info in loaded["tools"]:
+            full = str(info["name"])
+            prefix = f"{service}_"
+            spec = ToolSpec(service, full[len(prefix):] if full.startswith(prefix) else full,
+                            _never, str(info["description"]), bool(info["writes"]))
+            tool = _RemoteTool(
+                name=full, description=spec.description, parameters=info["input_schema"],
+                output_schema=info["output_schema"], worker=worker, service=service,
+                annotations=ToolAnnotations(read_only_hint=not spec.writes))
+            self._tools.append((spec, tool))
+
+    def tools(self) -> list[tuple[ToolSpec, Tool]]:
+        return list(self._tools)
+
+
+class WorkerPool:
+    """One worker per (service, code digest, instances directory)."""
+
+    def __init__(self, limits: WorkerLimits | None = None) -> None:
+        self.limits = limits
+        self._apps: dict[tuple[str, str, str], RemoteApp] = {}
+        self._lock = threading.Lock()
+
+    def app(self, service: str, code: str, root: Path) -> RemoteApp:
+        key = (service, digest(code.encode("utf-8")), os.path.realpath(root))
+        with self._lock:
+            found = self._apps.get(key)
+            if found is None:
+                worker = AppWorker(service, code, root, self.limits)
+                try:
+                    found = RemoteApp(service, worker)
+                except BaseException:
+                    worker.close()
+                    raise
+                self._apps[key] = found
+            return found
+
+    def workers(self) -> list[AppWorker]:
+        with self._lock:
+            return [a.worker for a in self._apps.values()]
+
+    def close(self) -> None:
+        with self._lock:
+            apps, self._apps = list(self._apps.values()), {}
+        for app in apps:
+            app.worker.close()
