@@ -248,3 +248,34 @@ def world_args(description: str, argv: list[str] | None, *, rounds: int) -> Any:
     a.events = a.events or (5_000 if a.quick else 50_000)
     a.rounds = a.rounds or (3 if a.quick else rounds)
     return a
+
+
+def snapshot_files(snapshot: Path) -> list[tuple[str, Path]]:
+    """(relative path, path) of every file of a cached snapshot: what a plain copy copies."""
+    found = []
+    for dirpath, _dirs, files in os.walk(snapshot):
+        for f in files:
+            path = Path(dirpath) / f
+            found.append((path.relative_to(snapshot).as_posix(), path))
+    return found
+
+
+def copy_files(files: list[tuple[str, Path]], dest: Path) -> None:
+    made: set[Path] = set()
+    for rel, src in files:
+        dst = dest / rel
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+        shutil.copyfile(src, dst)
+
+
+def time_plain_copy(scratch: Callable[[], Path], files: list[tuple[str, Path]]) -> float:
+    """The baseline of mount and open: a fresh directory plus shutil.copyfile of each file
+    (making the target directory is part of a copy); the copy is removed untimed."""
+    t0 = time.perf_counter()
+    dest = scratch()
+    copy_files(files, dest)
+    elapsed = time.perf_counter() - t0
+    remove(dest)
+    return elapsed

@@ -77,7 +77,9 @@ from _common import (
     interleave,
     median,
     remove,
+    snapshot_files,
     spread,
+    time_plain_copy,
     tree_blocks,
 )
 from awm_server import NOW, plain_server
@@ -147,25 +149,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def percentile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[min(len(sorted_xs) - 1, int(len(sorted_xs) * q))]
-
-
-def copy_files(files: list[tuple[str, Path]], dest: Path) -> None:
-    made: set[Path] = set()
-    for rel, src in files:
-        dst = dest / rel
-        if dst.parent not in made:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            made.add(dst.parent)
-        shutil.copyfile(src, dst)
-
-
-def snapshot_files(snapshot: Path) -> list[tuple[str, Path]]:
-    found = []
-    for dirpath, _dirs, files in os.walk(snapshot):
-        for f in files:
-            path = Path(dirpath) / f
-            found.append((path.relative_to(snapshot).as_posix(), path))
-    return found
 
 
 def make_store(work: Path) -> Path:
@@ -498,12 +481,7 @@ def open_reset(store: Path, rounds: int, starts: int) -> tuple[list[Row], dict[s
     titles = _titles()
 
     def t_copy() -> float:
-        t0 = time.perf_counter()
-        dest = worlds.cache.scratch()
-        copy_files(files, dest)
-        elapsed = time.perf_counter() - t0
-        remove(dest)
-        return elapsed
+        return time_plain_copy(worlds.cache.scratch, files)
 
     def t_open_reset() -> float:
         t0 = time.perf_counter()

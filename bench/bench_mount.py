@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -40,6 +39,7 @@ from _common import (
     WORK_DIR,
     Report,
     Row,
+    copy_files,
     emit,
     fmt_bytes,
     fmt_s,
@@ -48,7 +48,9 @@ from _common import (
     interleave,
     median,
     remove,
+    snapshot_files,
     spread,
+    time_plain_copy,
     tree_blocks,
     tree_bytes,
     world_file,
@@ -72,25 +74,6 @@ def small_write(mount: Mount) -> None:
         conn.close()
 
 
-def snapshot_files(snapshot: Path) -> list[tuple[str, Path]]:
-    found = []
-    for dirpath, _dirs, files in os.walk(snapshot):
-        for f in files:
-            path = Path(dirpath) / f
-            found.append((path.relative_to(snapshot).as_posix(), path))
-    return found
-
-
-def copy_files(files: list[tuple[str, Path]], dest: Path) -> None:
-    made: set[Path] = set()
-    for rel, src in files:
-        dst = dest / rel
-        if dst.parent not in made:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            made.add(dst.parent)
-        shutil.copyfile(src, dst)
-
-
 def bench_world(label: str, events: int, payload: int, rounds: int, work: Path
                 ) -> tuple[list[Row], dict[str, Any]]:
     jsonl = world_file(events, payload)
@@ -107,12 +90,7 @@ def bench_world(label: str, events: int, payload: int, rounds: int, work: Path
     def t_copy() -> float:
         # Same parent directory and the same clean-up pattern as an instance (a fresh
         # directory, deleted right after use): on ext4 when deletes happen matters.
-        t0 = time.perf_counter()
-        dest = worlds.cache.scratch()  # making the target directory is part of a copy
-        copy_files(files, dest)
-        elapsed = time.perf_counter() - t0
-        remove(dest)
-        return elapsed
+        return time_plain_copy(worlds.cache.scratch, files)
 
     def t_mount() -> float:
         t0 = time.perf_counter()
