@@ -86,3 +86,15 @@ def test_every_cli_command_is_documented() -> None:
 def test_every_event_type_is_documented() -> None:
     for event_type in EVENT_TYPES:
         assert f"`{event_type}`" in README
+
+
+def test_python_examples_run(tmp_path: Path, demo_jsonl: Path) -> None:
+    """The README's Python blocks run as written, against a store holding the demo."""
+    with Worlds.open(tmp_path / ".worldctl") as worlds:
+        worlds.import_file(demo_jsonl)
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, f"{block}\n{proc.stderr}"
