@@ -16,14 +16,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import msgspec
 import pytest
 import sqlalchemy as sa
-from pydantic import BaseModel, Field
+from notes_app import notes_app
 
-from envs.app import App, ToolContext, ToolError
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from envs.episodes_store import (
     episode_record,
@@ -43,33 +41,7 @@ DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" /
 WORLDCTL = Path(sys.executable).parent / "worldctl"
 TITLE = "Episode-title"
 
-notes = App(service="notes", name="episode-test-notes", version="1",
-            source=Path(__file__).read_text())
-
-
-class Note(BaseModel):
-    id: int
-    title: str
-    updated_at: str
-
-
-@notes.tool(writes=False)
-def get_note(ctx: ToolContext,
-             note_id: Annotated[int, Field(description="The note's id", ge=1)]) -> Note:
-    """Get one note by id."""
-    row = ctx.require(ctx.row("SELECT id, title, updated_at FROM notes WHERE id = ?",
-                              (note_id,)), "note", note_id)
-    return Note(**row)
-
-
-@notes.tool(writes=True)
-def rename_note(ctx: ToolContext, note_id: int,
-                title: Annotated[str, Field(description="New title", min_length=1)]) -> Note:
-    """Rename a note."""
-    if not ctx.execute("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?",
-                       (title, ctx.now, note_id)):
-        raise ToolError(f"No note with id {note_id}")
-    return get_note(ctx, note_id)
+notes = notes_app("episode-test-notes")
 
 
 @dataclass

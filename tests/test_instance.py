@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
 
 import pytest
 from fastmcp import Client
-from pydantic import BaseModel, Field
+from notes_app import notes_app
 
-from envs.app import App, ToolContext, ToolError
+from envs.app import App, ToolContext
 from envs.checker import check_determinism
 from envs.episode import DbChange, Episode, ToolCall, apply_effects
 from envs.gym import ResetNeeded, WorldEnv
@@ -24,32 +23,7 @@ from envs.instance import Environment, Instance, InstanceClosed
 from envs.mcp import instance_server
 from replay import Worlds
 
-notes = App(service="notes", name="test-notes", version="1")
-
-
-class Note(BaseModel):
-    id: int
-    title: str
-    updated_at: str
-
-
-@notes.tool(writes=False)
-def get_note(ctx: ToolContext,
-             note_id: Annotated[int, Field(description="The note's id", ge=1)]) -> Note:
-    """Get one note by id."""
-    row = ctx.require(ctx.row("SELECT id, title, updated_at FROM notes WHERE id = ?",
-                              (note_id,)), "note", note_id)
-    return Note(**row)
-
-
-@notes.tool(writes=True)
-def rename_note(ctx: ToolContext, note_id: int,
-                title: Annotated[str, Field(description="New title", min_length=1)]) -> Note:
-    """Rename a note."""
-    if not ctx.execute("UPDATE notes SET title = ?, updated_at = ? WHERE id = ?",
-                       (title, ctx.now, note_id)):
-        raise ToolError(f"No note with id {note_id}")
-    return get_note(ctx, note_id)
+notes = notes_app("test-notes")
 
 
 @notes.tool(writes=True)
