@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import apsw
 import msgspec
 
 from replay.hashing import Manifest, ServiceManifest, _table_infos
@@ -147,7 +146,7 @@ def _read_rows(root: Path, service: str, table: str) -> Keyed:
     """
     with open_readonly(service_db(root, service)) as conn:
         info = next(i for i in _table_infos(conn) if i.name == table)
-        pk = _total_order_pk(conn, table, info.order_by)
+        pk = info.key
         cols = info.columns
         select = ", ".join(quote_ident(c) for c in cols)
         rows: Keyed = {}
@@ -164,18 +163,6 @@ def _read_rows(root: Path, service: str, table: str) -> Keyed:
                 key = (*whole, occurrences[whole])
             rows[key] = (key_dict, row)
         return rows
-
-
-def _total_order_pk(conn: apsw.Connection, table: str, order_by: str) -> list[str]:
-    if "COLLATE BINARY" in order_by or order_by == "rowid":
-        return []
-    return [r[0] for r in sorted(
-        (r for r in conn.execute(f"SELECT name, pk FROM pragma_table_info({_lit(table)})")
-         if r[1] > 0), key=lambda r: r[1])]
-
-
-def _lit(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _jsonable(value: Any) -> Any:

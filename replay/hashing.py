@@ -70,6 +70,7 @@ class TableInfo:
     columns: list[str]
     order_by: str
     kind: str  # 'table' or 'virtual'
+    key: tuple[str, ...] = ()  # primary-key columns when they totally order the rows
 
 
 def _table_infos(conn: apsw.Connection) -> list[TableInfo]:
@@ -85,24 +86,28 @@ def _table_infos(conn: apsw.Connection) -> list[TableInfo]:
             "SELECT name, pk, hidden FROM pragma_table_xinfo(?) ORDER BY cid", (name,)
         ).fetchall()
         visible = [c[0] for c in cols if c[2] == 0]
-        infos.append(TableInfo(name, visible, _order_by(conn, name, cols, kind), kind))
+        order_by, key = _order_by(conn, name, cols, kind)
+        infos.append(TableInfo(name, visible, order_by, kind, key))
     return infos
 
 
-def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str) -> str:
+def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str
+              ) -> tuple[str, tuple[str, ...]]:
+    """The ORDER BY that hashes a table's rows, and the primary key when it alone gives
+    that order (otherwise empty)."""
     if kind == "virtual":
-        return "rowid"
+        return "rowid", ()
     pk = sorted((c for c in cols if c[1] > 0), key=lambda c: c[1])
     without_rowid = _scalar(conn, "SELECT wr FROM pragma_table_list WHERE schema='main' "
                             "AND name=?", (table,))
     integer_pk = len(pk) == 1 and not without_rowid and _is_rowid_alias(conn, table, pk[0][0])
     if integer_pk or (pk and without_rowid):
         # Unique and NOT NULL: primary-key order is a total order on the rows.
-        return ", ".join(quote_ident(c[0]) for c in pk)
+        return ", ".join(quote_ident(c[0]) for c in pk), tuple(c[0] for c in pk)
     # No primary key, or one that admits NULLs: order by every column, byte-wise, so equal
     # rows in any insertion order come out the same.
     keys = [c[0] for c in pk] + [c[0] for c in cols if c[1] == 0 and c[2] == 0]
-    return ", ".join(_value_order(quote_ident(k)) for k in keys)
+    return ", ".join(_value_order(quote_ident(k)) for k in keys), ()
 
 
 def _value_order(column: str) -> str:
