@@ -9,7 +9,7 @@ from typing import Any
 import apsw
 
 from envs.app import ToolContext, ToolSpec
-from replay.sqlite import freeze, open_event_db
+from replay.sqlite import freeze, open_event_db, open_event_db_snapshot
 
 Effect = tuple[bytes, list[tuple[str, int]] | None]
 
@@ -20,6 +20,14 @@ def open_tool_db(path: Path) -> apsw.Connection:
     conn.authorizer = None  # tools are app code; guards are for events
     # An instance is a scratch copy, re-creatable from its snapshot and episode.
     conn.execute("PRAGMA synchronous=OFF")
+    return conn
+
+
+def open_snapshot_tool_db(path: Path) -> apsw.Connection:
+    """A read-only connection on a snapshot's own database, for read tools of an instance
+    that has not written that service yet (nothing to copy until it does)."""
+    conn = open_event_db_snapshot(path)
+    conn.authorizer = None
     return conn
 
 

@@ -31,11 +31,11 @@ from mcp.types import ToolAnnotations
 
 from envs.app import App, ToolSpec, bind
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.execute import execute_tool, open_tool_db
+from envs.execute import execute_tool, open_snapshot_tool_db, open_tool_db
 from replay.diff import WorldDiff
 from replay.engine import Worlds, ref_is_stable
 from replay.hashing import file_digest
-from replay.layout import iter_apps, iter_workspace
+from replay.layout import iter_apps, iter_workspace, service_db
 from replay.mount import Mount
 from worldstore.canonical import digest_of
 from worldstore.errors import WorldError
@@ -150,10 +150,12 @@ class Environment:
     """Opens instances of stored worlds with the apps that serve their services."""
 
     def __init__(self, worlds: Worlds, apps: dict[str, App] | None = None, *,
-                 check_pins: bool = True) -> None:
+                 check_pins: bool = True, lazy: bool = True) -> None:
         """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
         pins are ignored and `apps` serve its services by name (for testing other code
-        against a world; never for training data)."""
+        against a world; never for training data). Instances are lazy mounts by default:
+        opening one copies nothing, a service's database is copied on its first write and
+        the workspace on the first shell command (``lazy=False`` copies all at open)."""
         if apps is None:
             from envs.apps import SHIPPED
 
@@ -161,10 +163,12 @@ class Environment:
         self.worlds = worlds
         self.apps = dict(apps)
         self.check_pins = check_pins
+        self.lazy = lazy
         self._ids = itertools.count(1)
         # persona@N and world hashes always name the same stored day (Worlds.mount caches
         # them the same way): resolve each once, not with two store queries per open.
         self._records: dict[str, DayRecord] = {}
+        self._pins: dict[str, dict[str, dict[str, Any]]] = {}
         self._pool: WorkerPool | None = None
 
     def close(self) -> None:
@@ -186,7 +190,7 @@ class Environment:
             record = self.worlds.resolve(ref)
             if ref_is_stable(ref):
                 self._records[ref] = record
-        mount = self.worlds.mount(record.world_hash)
+        mount = self.worlds.mount(record.world_hash, lazy=self.lazy)
         try:
             apps = self._apps_for(mount)
         except AppPinError:
@@ -198,7 +202,7 @@ class Environment:
         """The apps serving a world's services. A service the world pins must be served by
         exactly the pinned code (name, version and source digest); an unpinned service is
         served by the app of the same service name, if there is one."""
-        pins = read_pins(mount.path) if self.check_pins else {}
+        pins = self._pins_of(mount) if self.check_pins else {}
         apps: list[App | RemoteApp] = []
         for service in sorted(mount.manifest.services):
             app = self.apps.get(service)
@@ -217,12 +221,19 @@ class Environment:
                 apps.append(app)
         return apps
 
+    def _pins_of(self, mount: Mount) -> dict[str, dict[str, Any]]:
+        # A snapshot never changes (it is named by its hash): read its pins once.
+        pins = self._pins.get(mount.world_hash)
+        if pins is None:
+            pins = self._pins[mount.world_hash] = read_pins(mount.snapshot)
+        return pins
+
     def _carried(self, mount: Mount, service: str, pin: dict[str, Any]) -> RemoteApp:
         """A carried app, served by a sandboxed worker (shared by every instance whose
         world carries the same code); its code never runs in this process."""
         from envs.workers import AppLoadError, WorkerPool
 
-        code = (mount.path / "apps" / f"{service}.py").read_text(encoding="utf-8")
+        code = (mount.snapshot / "apps" / f"{service}.py").read_text(encoding="utf-8")
         if self._pool is None:
             self._pool = WorkerPool()
         try:
@@ -243,7 +254,7 @@ class Instance:
         tools = tool_set(apps)
         self._remote = [a for a in apps if not isinstance(a, App)]
         self.server, self.tools, self._infos = tools.server, tools.specs, tools.infos
-        self._conns: dict[str, apsw.Connection] = {}
+        self._conns: dict[str, tuple[apsw.Connection, bool]] = {}
         self._start = datetime.fromisoformat(record.last_ts[:-1]).replace(tzinfo=UTC)
         self._lock = threading.RLock()
         self._closed = False
@@ -297,8 +308,9 @@ class Instance:
 
         self._check_open()
         index, ts = self._next_call()
+        workspace = self.mount.workspace  # a lazy mount copies the workspace now
         before = _workspace_state(self.mount.path)
-        outcome = run_sandboxed(command, self.mount.workspace, limits)
+        outcome = run_sandboxed(command, workspace, limits)
         call = ShellCall(index=index, ts=ts, command=command, exit_code=outcome.exit_code,
                          stdout=outcome.stdout, stderr=outcome.stderr,
                          truncated=outcome.truncated, timed_out=outcome.timed_out)
@@ -340,7 +352,7 @@ class Instance:
     # --- execution ------------------------------------------------------------------
 
     def _execute(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-        conn = self._connection(spec.service)
+        conn = self._connection(spec.service, writes=spec.writes)
         call = self._call_index
         # Seeded by the snapshot and the call's position only: the same calls on any
         # instance of the same snapshot draw the same "random" values.
@@ -356,18 +368,28 @@ class Instance:
         self._pending.append(DbChange(index=self._call_index, service=service,
                                       changeset=changeset, sequences=sequences))
 
-    def _connection(self, service: str) -> apsw.Connection:
-        conn = self._conns.get(service)
-        if conn is None:
-            conn = self._conns[service] = open_tool_db(self.mount.db_path(service))
+    def _connection(self, service: str, *, writes: bool) -> apsw.Connection:
+        """The service's connection: on the instance's own copy once the service has been
+        written (or is about to be), else read-only on the snapshot (no copy needed yet)."""
+        found = self._conns.get(service)
+        if found is not None and (found[1] or not writes):
+            return found[0]
+        if found is not None:
+            found[0].close()
+        path = self.mount.read_db_path(service)
+        if writes or path == service_db(self.mount.path, service):
+            conn, writable = open_tool_db(self.mount.db_path(service)), True
+        else:
+            conn, writable = open_snapshot_tool_db(path), False
+        self._conns[service] = (conn, writable)
         return conn
 
     def _close_connections(self) -> None:
         conns, self._conns = self._conns, {}
-        for conn in conns.values():
+        for conn, _writable in conns.values():
             conn.close()
         for app in self._remote:  # carried apps keep their connections in their worker
-            app.worker.forget(self.mount.db_path(app.service))
+            app.worker.forget(service_db(self.mount.path, app.service))
 
     def _next_call(self) -> tuple[int, str]:
         self._call_index += 1

@@ -14,6 +14,8 @@ What a command sees under bubblewrap:
   instance, ``/tmp``, ``/root``, ``/home``, ``/work``, ``/var``;
 * new pid, network (loopback only), ipc, uts and cgroup namespaces; no capabilities; no
   new privileges; no further user namespaces;
+* extra ``binds`` where the caller asks for them (read-only unless marked writable), e.g.
+  an interpreter or the worlds a verifier reads;
 * an unprivileged uid: as root, the dedicated system user ``agentworlds-sandbox`` (created
   on first use; ``nobody`` if that fails), which is given the workspace tree before every
   run; otherwise the caller's own uid;
@@ -56,6 +58,7 @@ from typing import ClassVar
 from worldstore.errors import SandboxError
 
 __all__ = [
+    "Bind",
     "BubblewrapSandbox",
     "DockerSandbox",
     "Limits",
@@ -76,6 +79,8 @@ OUTPUT_KILL_FACTOR = 4
 MAX_OPEN_FILES = 256
 _HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Where the sandbox's own mounts live: a bind may sit neither on nor above nor under these.
+_RESERVED_TARGETS = ("/proc", "/dev", "/tmp", "/var", MOUNT_AT)
 _MEMORY_MESSAGES = ("MemoryError", "Cannot allocate memory", "out of memory",
                     "std::bad_alloc", "memory exhausted")
 
@@ -121,6 +126,19 @@ class ShellResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class Bind:
+    """A host file or directory shown in the sandbox at `target` (an absolute path).
+
+    Read-only unless `writable`; a writable bind still obeys the files' permissions for the
+    sandbox uid (its tree is never chowned, unlike the workspace's).
+    """
+
+    source: Path
+    target: str
+    writable: bool = False
+
+
 class Sandbox(abc.ABC):
     """Runs ``bash -c command`` in a workspace, isolated from this process and the host."""
 
@@ -128,8 +146,8 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     def run(self, command: str, workspace: Path, limits: Limits | None = None,
-            env: dict[str, str] | None = None) -> ShellResult:
-        """Run `command` with `workspace` as its writable cwd ``/workspace``."""
+            env: dict[str, str] | None = None, binds: Sequence[Bind] = ()) -> ShellResult:
+        """Run `command` with `workspace` as its writable cwd ``/workspace``, and `binds`."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,6 +320,31 @@ def _check_workspace(workspace: Path, system_paths: Sequence[str]) -> Path:
     return real
 
 
+def _check_binds(binds: Sequence[Bind], system_paths: Sequence[str]) -> list[Bind]:
+    """The binds with resolved sources; refuses a target that is not a plain absolute path,
+    that two binds share, or that would sit on, above or under the sandbox's own mounts."""
+    taken = [*system_paths, *_RESERVED_TARGETS]
+    checked: list[Bind] = []
+    for bind in binds:
+        target = bind.target
+        if (not target.startswith("/") or os.path.normpath(target) != target or target == "/"
+                or any(c in target for c in ":,\0")):
+            raise SandboxError(f"bind target {target!r} must be a normalised absolute path "
+                               "other than / (no ':', ',' or NUL)")
+        for other in taken:
+            if target == other or target.startswith(other.rstrip("/") + "/") \
+                    or other.startswith(target + "/"):
+                raise SandboxError(f"bind target {target!r} collides with {other!r}")
+        source = Path(os.path.realpath(bind.source))
+        if not source.exists():
+            raise SandboxError(f"bind source {bind.source} (for {target}) does not exist")
+        if any(c in str(source) for c in ":,\0"):
+            raise SandboxError(f"bind source {source} contains ':', ',' or NUL")
+        taken.append(target)
+        checked.append(Bind(source, target, bind.writable))
+    return checked
+
+
 def _give_tree(top: Path, uid: int, gid: int) -> None:
     """chown the workspace tree to the sandbox uid; never follows a symlink."""
     st = os.stat(top)
@@ -371,6 +414,20 @@ def _kill_bwrap(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _bwrap_binds(binds: Sequence[Bind]) -> list[str]:
+    """bwrap arguments for the extra binds. Their missing parent directories are made
+    first, 0755: privileged bwrap would make them 0700, closed to the sandbox uid."""
+    argv: list[str] = []
+    made: set[str] = set()
+    for bind in binds:
+        for parent in reversed(Path(bind.target).parents[:-1]):
+            if str(parent) not in made:
+                made.add(str(parent))
+                argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--bind" if bind.writable else "--ro-bind", str(bind.source), bind.target]
+    return argv
+
+
 class BubblewrapSandbox(Sandbox):
     """bubblewrap (Debian's ``bubblewrap`` package) plus util-linux's prlimit and setpriv."""
 
@@ -405,8 +462,10 @@ class BubblewrapSandbox(Sandbox):
         return uid, gid
 
     def build_argv(self, command: str, workspace: Path, limits: Limits,
-                   env: Mapping[str, str] | None = None) -> list[str]:
-        """The full command line (prlimit, bwrap, ...) for one run; `workspace` is resolved."""
+                   env: Mapping[str, str] | None = None, binds: Sequence[Bind] = (),
+                   ) -> list[str]:
+        """The full command line (prlimit, bwrap, ...) for one run; `workspace` and the
+        binds' sources are resolved."""
         uid, gid = self.ids()
         argv = [
             self.prlimit,
@@ -442,8 +501,9 @@ class BubblewrapSandbox(Sandbox):
             "--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/dev/shm",
             "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
             "--bind", str(workspace), MOUNT_AT,
-            "--clearenv",
         ]
+        argv += _bwrap_binds(binds)
+        argv.append("--clearenv")
         if not self.privileged:  # privileged bwrap holds no CAP_DAC_OVERRIDE: the inner one cds
             argv += ["--chdir", MOUNT_AT]
         for key, value in _sandbox_env(env).items():
@@ -458,13 +518,14 @@ class BubblewrapSandbox(Sandbox):
         return [*argv, "/bin/bash", "-c", command]
 
     def run(self, command: str, workspace: Path, limits: Limits | None = None,
-            env: dict[str, str] | None = None) -> ShellResult:
+            env: dict[str, str] | None = None, binds: Sequence[Bind] = ()) -> ShellResult:
         limits = limits or Limits()
         _check_command(command, env)
         real = _check_workspace(workspace, self.system_paths)
+        checked = _check_binds(binds, self.system_paths)
         if self.privileged:
             _give_tree(real, *self.ids())
-        argv = self.build_argv(command, real, limits, env)
+        argv = self.build_argv(command, real, limits, env, checked)
         return _result(_supervise(argv, limits, _kill_bwrap), limits)
 
 
@@ -485,7 +546,7 @@ class DockerSandbox(Sandbox):
 
     def build_argv(self, command: str, workspace: Path, limits: Limits, container: str,
                    env: Mapping[str, str] | None = None, user: tuple[int, int] | None = None,
-                   ) -> list[str]:
+                   binds: Sequence[Bind] = ()) -> list[str]:
         argv = [
             self.docker, "run", "--rm", "--name", container,
             "--network", "none",
@@ -505,20 +566,24 @@ class DockerSandbox(Sandbox):
         if user is not None:
             argv += ["--user", f"{user[0]}:{user[1]}"]
         argv += ["-v", f"{workspace}:{MOUNT_AT}:rw", "-w", MOUNT_AT]
+        for bind in binds:
+            argv += ["-v", f"{bind.source}:{bind.target}:{'rw' if bind.writable else 'ro'}"]
         for key, value in _sandbox_env(env).items():
             argv += ["-e", f"{key}={value}"]
         return [*argv, self.image, "bash", "-c", command]
 
     def run(self, command: str, workspace: Path, limits: Limits | None = None,
-            env: dict[str, str] | None = None) -> ShellResult:
+            env: dict[str, str] | None = None, binds: Sequence[Bind] = ()) -> ShellResult:
         limits = limits or Limits()
         _check_command(command, env)
         real = _check_workspace(workspace, ())
+        # The image's own /usr etc. are not host paths, so only the sandbox's mounts are taken.
+        checked = _check_binds(binds, ())
         user = _sandbox_ids() if os.geteuid() == 0 else None
         if user is not None:
             _give_tree(real, *user)
         container = f"agentworlds-sbx-{uuid.uuid4().hex[:16]}"
-        argv = self.build_argv(command, real, limits, container, env, user)
+        argv = self.build_argv(command, real, limits, container, env, user, checked)
 
         def kill(proc: subprocess.Popen[bytes]) -> None:
             subprocess.run([self.docker, "kill", container], capture_output=True,

@@ -358,21 +358,22 @@ class Worlds:
                 break
         raise IntegrityError(f"{ref}: could not produce a world with hash {record.world_hash}")
 
-    def mount(self, ref: str, dest: Path | None = None) -> Mount:
-        """A writable, isolated, resettable instance of persona@day (or of a world hash)."""
+    def mount(self, ref: str, dest: Path | None = None, *, lazy: bool = False) -> Mount:
+        """A writable, isolated, resettable instance of persona@day (or of a world hash).
+        A `lazy` mount copies each part of the world on first use (see ``Mount``)."""
         if dest is None:
             dest = self.cache.scratch()
         elif dest.exists() and any(dest.iterdir()):
             raise WorldError(f"{dest}: mount target exists and is not empty")
         record, snapshot, manifest, files = self._mountable(ref)
         try:
-            return Mount(snapshot, record.world_hash, manifest, dest, files)
+            return Mount(snapshot, record.world_hash, manifest, dest, files, lazy=lazy)
         except FileNotFoundError:
             # The cache entry was dropped (by verify, say) since we looked it up: look again.
             self._mounts.pop(record.world_hash, None)
             remove_tree(dest)
             record, snapshot, manifest, files = self._mountable(ref)
-            return Mount(snapshot, record.world_hash, manifest, dest, files)
+            return Mount(snapshot, record.world_hash, manifest, dest, files, lazy=lazy)
 
     def _mountable(self, ref: str) -> tuple[DayRecord, Path, Manifest, list[tuple[str, Path]]]:
         """What a mount of `ref` copies from, looked up once per Worlds: persona-days never

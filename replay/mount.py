@@ -27,14 +27,24 @@ class Mount:
     """A writable instance of one snapshot. Close it (or use ``with``) to delete it."""
 
     def __init__(self, snapshot: Path, world_hash: str, manifest: Manifest, path: Path,
-                 files: list[tuple[str, Path]] | None = None) -> None:
-        """`files` is the snapshot's file list (``snapshot_files``), when the caller has it."""
+                 files: list[tuple[str, Path]] | None = None, *, lazy: bool = False) -> None:
+        """`files` is the snapshot's file list (``snapshot_files``), when the caller has it.
+
+        A `lazy` mount copies nothing up front: each part of the world — one service
+        database, or the rest (workspace, apps) — is copied on first use through
+        ``db_path``, ``workspace`` or ``ensure_all``; until then readers use the snapshot's
+        own read-only file (``read_db_path``), and ``reset()`` drops a changed part instead
+        of copying it back.
+        """
         self.snapshot = snapshot
         self.world_hash = world_hash
         self.manifest = manifest
         self.path = path
+        self.lazy = lazy
         self._stamps: dict[str, tuple[int, int, int]] = {}
         self._files = files
+        self._parts: dict[str, list[tuple[str, Path]]] | None = None
+        self._present: set[str] = set()
         self._closed = False
         self._copy_all()
 
@@ -42,10 +52,26 @@ class Mount:
 
     @property
     def workspace(self) -> Path:
+        """The instance's writable workspace (copied first, for a lazy mount)."""
+        self._ensure(_REST)
         return self.path / WORKSPACE
 
     def db_path(self, service: str) -> Path:
+        """The instance's writable copy of a service database (copied first, if lazy)."""
+        self._ensure(_service_part(service))
         return service_db(self.path, service)
+
+    def read_db_path(self, service: str) -> Path:
+        """Where to read a service database: the instance's copy once it has one, else the
+        snapshot's read-only file (open it read-only and immutable)."""
+        if self.lazy and _service_part(service) not in self._present:
+            return service_db(self.snapshot, service)
+        return service_db(self.path, service)
+
+    def ensure_all(self) -> None:
+        """Copy every part a lazy mount has not copied yet."""
+        for part in self._snapshot_parts():
+            self._ensure(part)
 
     @property
     def services(self) -> list[str]:
@@ -60,13 +86,20 @@ class Mount:
             remove_tree(self.path)
             self._copy_all()
             return
-        wanted = dict(self._snapshot_files())
+        parts = self._snapshot_parts()
+        wanted = {rel: src for part in sorted(self._present) for rel, src in parts[part]}
         self._drop_changed(wanted)
-        for rel, src in wanted.items():
-            dst = self.path / rel
-            if dst.is_dir() and not dst.is_symlink():
-                remove_tree(dst)  # a directory now stands where the file was
-            if not os.path.lexists(dst):
+        for part in sorted(self._present):
+            missing = [(rel, src) for rel, src in parts[part]
+                       if not os.path.lexists(self.path / rel)
+                       or ((self.path / rel).is_dir() and not (self.path / rel).is_symlink())]
+            if missing and self.lazy:
+                self._drop_part(part)  # copied again on its next use
+                continue
+            for rel, src in missing:
+                dst = self.path / rel
+                if dst.is_dir() and not dst.is_symlink():
+                    remove_tree(dst)  # a directory now stands where the file was
                 self._copy_one(rel, src, dst)
 
     def _drop_changed(self, wanted: dict[str, Path]) -> None:
@@ -87,12 +120,14 @@ class Mount:
 
     def hash(self) -> str:
         self._check_open()
+        self.ensure_all()
         _recover_journals(self.path)
         return world_manifest(self.path).world_hash()
 
     def diff(self) -> WorldDiff:
         """What changed in this instance since the snapshot (row- and file-level)."""
         self._check_open()
+        self.ensure_all()
         _recover_journals(self.path)
         return diff_worlds(self.snapshot, self.manifest, self.path, world_manifest(self.path))
 
@@ -121,17 +156,50 @@ class Mount:
             self._files = snapshot_files(self.snapshot)
         return self._files
 
+    def _snapshot_parts(self) -> dict[str, list[tuple[str, Path]]]:
+        if self._parts is None:
+            parts: dict[str, list[tuple[str, Path]]] = {_REST: []}
+            for rel, src in self._snapshot_files():
+                parts.setdefault(_part_of(rel), []).append((rel, src))
+            self._parts = parts
+        return self._parts
+
     def _copy_all(self) -> None:
         self._stamps.clear()
+        self._present.clear()
         made = {self.path / SERVICES, self.path / WORKSPACE}
         for folder in made:
             folder.mkdir(parents=True, exist_ok=True)
+        if self.lazy:
+            return
         for rel, src in self._snapshot_files():
             dst = self.path / rel
             if dst.parent not in made:
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 made.add(dst.parent)
             self._copy_one(rel, src, dst)
+        self._present.update(self._snapshot_parts())
+
+    def _ensure(self, part: str) -> None:
+        if part in self._present or not self.lazy:
+            return
+        self._check_open()
+        for rel, src in self._snapshot_parts().get(part, []):
+            dst = self.path / rel
+            if os.path.lexists(dst):
+                # Something the instance made itself stands there (a file the shell wrote
+                # before the part was copied cannot exist: the workspace is a part).
+                remove_tree(dst)
+            self._copy_one(rel, src, dst)
+        self._present.add(part)
+
+    def _drop_part(self, part: str) -> None:
+        for rel, _src in self._snapshot_parts()[part]:
+            dst = self.path / rel
+            if os.path.lexists(dst) or dst.is_dir():
+                remove_tree(dst)
+            self._stamps.pop(rel, None)
+        self._present.discard(part)
 
     def _copy_one(self, rel: str, src: Path, dst: Path) -> None:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -141,6 +209,20 @@ class Mount:
         copy_file(src, dst)  # a new file: writable, whatever the read-only source's mode
         os.utime(dst, ns=(_SENTINEL_NS, _SENTINEL_NS))
         self._stamps[rel] = _stamp(dst)
+
+
+_REST = "rest"  # the part holding everything but the service databases
+
+
+def _service_part(service: str) -> str:
+    return f"{SERVICES}/{service}{DB_SUFFIX}"
+
+
+def _part_of(rel: str) -> str:
+    """A service database is a part of its own; every other file belongs to the rest."""
+    if rel.startswith(f"{SERVICES}/") and rel.endswith(DB_SUFFIX) and rel.count("/") == 1:
+        return rel
+    return _REST
 
 
 def _recover_journals(root: Path) -> None:

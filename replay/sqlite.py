@@ -128,6 +128,19 @@ def open_event_db(path: Path) -> apsw.Connection:
     return conn
 
 
+def open_event_db_snapshot(path: Path) -> apsw.Connection:
+    """Open a read-only, immutable snapshot database with the same frozen clock and seeded
+    randomness as ``open_event_db`` (for tools that only read a world nobody changes)."""
+    _ensure_vfs()
+    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
+    conn = apsw.Connection(
+        uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI, vfs=FROZEN_VFS)
+    conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
+    conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]
+    conn.authorizer = _authorizer
+    return conn
+
+
 @contextlib.contextmanager
 def open_readonly(path: Path) -> Iterator[apsw.Connection]:
     uri = f"file:{path.resolve().as_posix()}?mode=ro"

@@ -260,3 +260,24 @@ def test_a_read_only_tool_cannot_write(worlds: Worlds) -> None:
         result = instance.call_tool("notes_sneaky_write", {})
         assert result.is_error and "readonly" in result.text.lower()
         assert instance.hash() == instance.record.world_hash
+
+
+def test_lazy_and_eager_instances_answer_and_end_alike(worlds: Worlds) -> None:
+    """A lazy instance (the default) reads the snapshot until a service is written; the
+    responses, the episode and the final hash are those of an instance copied at open."""
+    calls = [("notes_get_note", {"note_id": 4}),
+             ("notes_rename_note", {"note_id": 4, "title": "A"}),
+             ("notes_get_note", {"note_id": 4}), ("notes_stamp", {})]
+    outcomes = []
+    for lazy in (True, False):
+        env = Environment(worlds, apps={"notes": notes}, check_pins=False, lazy=lazy)
+        with env.open("lars@7") as instance:
+            copied_at_open = sorted(p.name for p in (instance.mount.path / "services").iterdir())
+            texts = [instance.call_tool(name, args).text for name, args in calls]
+            shell = instance.shell("cat docs/rates.md | wc -c")
+            outcomes.append((texts, shell.stdout, instance.episode.events, instance.hash(),
+                             copied_at_open))
+    lazy, eager = outcomes
+    assert lazy[:4] == eager[:4]
+    assert lazy[4] == [] and eager[4] == sorted(["chat.sqlite", "shop.sqlite",
+                                                  "calendar.sqlite", "notes.sqlite"])

@@ -263,11 +263,12 @@ MODIFICATIONS: dict[str, Callable[[Mount], None]] = {
 SAME_CONTENT = {"chmod_only"}
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
 @pytest.mark.parametrize("full", [False, True], ids=["reset", "full_reset"])
 @pytest.mark.parametrize("name", sorted(MODIFICATIONS))
 def test_reset_restores_the_exact_world(worlds: Worlds, recorded: str, name: str,
-                                        full: bool) -> None:
-    with worlds.mount(REF) as m:
+                                        full: bool, lazy: bool) -> None:
+    with worlds.mount(REF, lazy=lazy) as m:
         original = tree(m.snapshot)
         for _round in range(2):  # a reset instance must reset again just as well
             MODIFICATIONS[name](m)
@@ -286,6 +287,26 @@ def test_reset_restores_the_exact_world(worlds: Worlds, recorded: str, name: str
                 if isinstance(value, bytes):
                     mode = os.stat(m.path / rel).st_mode
                     assert mode & 0o200, f"{rel} is not writable after reset"
+
+
+def test_lazy_mount_copies_each_part_on_first_use(worlds: Worlds, recorded: str) -> None:
+    with worlds.mount(REF, lazy=True) as m:
+        assert sorted(p.name for p in m.path.rglob("*")) == ["services", "workspace"]
+        assert m.read_db_path("chat") == m.snapshot / "services" / "chat.sqlite"
+        _sql("chat", "UPDATE messages SET is_read = 1 - is_read")(m)
+        assert m.read_db_path("chat") == m.path / "services" / "chat.sqlite"
+        assert sorted(p.name for p in (m.path / "services").iterdir()) == ["chat.sqlite"]
+        assert not any(m.path.joinpath("workspace").iterdir())
+        m.reset()  # the changed part is dropped, not copied back
+        assert not any((m.path / "services").iterdir())
+        assert m.read_db_path("chat") == m.snapshot / "services" / "chat.sqlite"
+        (m.workspace / "docs" / "rates.md").write_text("changed")
+        assert m.hash() != recorded
+        m.reset()
+        assert m.hash() == recorded
+        untouched = os.stat(m.db_path("calendar")).st_ino
+        m.reset()  # untouched parts stay copied
+        assert os.stat(m.db_path("calendar")).st_ino == untouched
 
 
 def test_reset_keeps_untouched_files(mount: Mount) -> None:

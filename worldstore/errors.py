@@ -11,7 +11,9 @@
     │   └── NotFoundError           unknown persona, day, hash or blob
     ├── IntegrityError              stored data that does not match its own hashes
     ├── WorldDirError               a directory that is not a world (bad layout)
-    └── SandboxError                no usable sandbox, or a command it cannot run
+    ├── SandboxError                no usable sandbox, or a command it cannot run
+    ├── TaskError                   a task folder that does not load; names file and field
+    └── ConfigError                 invalid configuration (e.g. difficulty intervals)
 
 Driver errors (sqlite3, psycopg, apsw) are translated in one place per adapter;
 nothing outside those adapters catches a driver error.
@@ -93,3 +95,18 @@ class WorldDirError(WorldError):
 
 class SandboxError(WorldError):
     """No usable sandbox (bubblewrap or Docker), or a command or workspace it refuses."""
+
+
+class TaskError(WorldError):
+    """A task folder that cannot be loaded. The message names the file and the field."""
+
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.reason = message
+        suffix = f" (field '{field}')" if field else ""
+        super().__init__(f"{file}: {message}{suffix}")
+
+
+class ConfigError(WorldError):
+    """Configuration that cannot work (checked at start-up, before anything runs)."""

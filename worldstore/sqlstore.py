@@ -9,6 +9,8 @@ that. Driver errors are translated here and nowhere else.
 from __future__ import annotations
 
 import functools
+import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,27 @@ from worldstore.store import DayRecord, EpisodeRecord, EventStore, NewDay, Perso
 
 WRITE_OPTION = "worldstore_write"
 EVENT_PAGE = 5000
+_WAL_ATTEMPTS = 600  # ~60 s in all, the same patience as the busy timeout
 _EVENT_COLUMNS = (
     events.c.persona, events.c.seq, events.c.day, events.c.ts, events.c.prev,
     events.c.event_id, events.c.schema_version, events.c.body,
 )
+
+
+def _enter_wal(dbapi_conn: Any) -> None:
+    # Switching a fresh database to WAL needs an exclusive lock, and SQLite returns BUSY for
+    # it without consulting the busy handler when another process is switching it at the
+    # same moment; so retry here (bounded) instead of failing a racing first open.
+    for attempt in range(_WAL_ATTEMPTS):
+        try:
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if attempt == _WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(min(0.005 * (attempt + 1), 0.1))
 
 
 def _sqlite_engine(path: Path) -> Engine:
@@ -37,7 +56,7 @@ def _sqlite_engine(path: Path) -> Engine:
     @sa_event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(dbapi_conn)
         dbapi_conn.execute("PRAGMA synchronous=NORMAL")
         dbapi_conn.execute("PRAGMA foreign_keys=ON")
 

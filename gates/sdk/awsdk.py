@@ -1,0 +1,335 @@
+"""awsdk: the standard-library-only toolkit for verifier scripts.
+
+A task's verifier is a folder of scripts. ``gates.verifier.run_verifier`` runs each
+``*.py`` file of it (files starting with ``_`` are helpers) in its own sandbox, with the
+project's Python in isolated mode (``-I -S``: the standard library and this module only),
+no network, and bounded time, memory and output. What a script sees:
+
+=================  =================================================================
+``/w0``            the initial world W0, read-only (``services/<service>.sqlite``,
+                   ``workspace/...``)
+``/w``             the final world W, read-only
+``/answer.txt``    the agent's final answer ("" when it gave none), read-only
+``/verifier``      the verifier folder itself, read-only (its helpers are importable)
+``/sdk``           this module (``import awsdk``)
+``/workspace``     a private scratch directory, the working directory
+``AW_W0``, ``AW_W``, ``AW_ANSWER``  environment variables naming the three paths above
+=================  =================================================================
+
+A script's verdict is its last stdout line starting with ``RESULT_JSON=``: a JSON object
+whose ``"checks"`` maps each criterion's name to true or false (or is a list of
+``{"name": ..., "passed": ...}``). ``result()`` prints that line and exits 0. Anything
+else (no such line, a non-boolean check, a crash, a timeout) makes the verdict an error,
+never a pass. Every check of every script must hold for the task to count as done.
+
+Example, ``verifier/10_note_renamed.py``::
+
+    import awsdk
+
+    ws = awsdk.worlds()
+    diff = awsdk.row_diff(ws.w0, ws.w, "notes", "notes")
+    renamed = [(old, new) for old, new in diff.changed if old["title"] != new["title"]]
+    brief = awsdk.file_text(ws.w, "jobs/fjord/brief.md") or ""
+    awsdk.result(
+        one_note_renamed=len(renamed) == 1 and not diff.added and not diff.removed,
+        new_title_is_fjord=bool(renamed) and renamed[0][1]["title"] == "Fjord kickoff",
+        brief_untouched=brief == (awsdk.file_text(ws.w0, "jobs/fjord/brief.md") or ""),
+        answer_names_fjord=awsdk.contains(ws.answer, "fjord"),
+    )
+
+The same checks, accumulated one by one::
+
+    awsdk.check("one_note_renamed", len(renamed) == 1)
+    awsdk.check("answer_names_fjord", awsdk.contains(ws.answer, "fjord"))
+    awsdk.done()
+
+Databases are opened read-only and immutable: a verifier can never change a world.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import sqlite3
+import sys
+import urllib.parse
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+__all__ = [
+    "RESULT_PREFIX",
+    "Checklist",
+    "RowDiff",
+    "WorldPair",
+    "check",
+    "contains",
+    "db",
+    "done",
+    "file_text",
+    "files",
+    "result",
+    "result_list",
+    "row_diff",
+    "rows",
+    "similar",
+    "text_diff",
+    "value",
+    "worlds",
+]
+
+RESULT_PREFIX = "RESULT_JSON="
+ENV_W0, ENV_W, ENV_ANSWER = "AW_W0", "AW_W", "AW_ANSWER"
+SERVICES, WORKSPACE, DB_SUFFIX = "services", "workspace", ".sqlite"
+
+PathLike = str | os.PathLike[str]
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+# --- the worlds --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorldPair:
+    """The initial world, the final world and the agent's answer."""
+
+    w0: Path
+    w: Path
+    answer: str
+
+
+def worlds() -> WorldPair:
+    """W0, W and the answer as the runner hands them over (environment variables)."""
+    missing = [name for name in (ENV_W0, ENV_W, ENV_ANSWER) if not os.environ.get(name)]
+    if missing:
+        raise RuntimeError(f"{', '.join(missing)} not set: run this script through "
+                           "gates.verifier.run_verifier")
+    answer = Path(os.environ[ENV_ANSWER]).read_text(encoding="utf-8", errors="replace")
+    return WorldPair(Path(os.environ[ENV_W0]), Path(os.environ[ENV_W]), answer)
+
+
+# --- databases ---------------------------------------------------------------------------
+
+
+def db_path(world: PathLike, service: str) -> Path:
+    if not service or "/" in service or service.startswith("."):
+        raise ValueError(f"bad service name {service!r}")
+    return Path(world) / SERVICES / f"{service}{DB_SUFFIX}"
+
+
+def db(world: PathLike, service: str) -> sqlite3.Connection:
+    """A read-only connection to a service's database; rows are ``sqlite3.Row``."""
+    path = db_path(world, service)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the world has no service {service!r}")
+    # immutable=1: the file cannot change while a verifier runs, and SQLite then needs no
+    # lock and no journal, which a read-only mount could not provide.
+    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro&immutable=1"
+    conn = sqlite3.connect(uri, uri=True)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+_connections: dict[tuple[str, str], sqlite3.Connection] = {}
+
+
+def _shared(world: PathLike, service: str) -> sqlite3.Connection:
+    """One connection per database for the helpers below (a script lives briefly)."""
+    key = (str(world), service)
+    if key not in _connections:
+        _connections[key] = db(world, service)
+    return _connections[key]
+
+
+def rows(world: PathLike, service: str, sql: str, params: Params = ()) -> list[dict[str, Any]]:
+    """Every row of a query, as dicts in the query's order."""
+    return [dict(row) for row in _shared(world, service).execute(sql, params)]
+
+
+def value(world: PathLike, service: str, sql: str, params: Params = ()) -> Any:
+    """The first column of the query's first row; None when there is no row."""
+    row = _shared(world, service).execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+@dataclass(frozen=True)
+class RowDiff:
+    """How one table changed from W0 to W. ``changed`` holds (before, after) pairs.
+    Every list is in key order, so two runs give identical diffs."""
+
+    key: tuple[str, ...]
+    added: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def unchanged(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _has_table(conn: sqlite3.Connection, table: str) -> bool:
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                         (table,)).fetchone()
+    return found is not None
+
+
+def _primary_key(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
+    info = conn.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
+    pk = sorted((row["pk"], row["name"]) for row in info if row["pk"])
+    return tuple(name for _, name in pk) or ("rowid",)
+
+
+def _keyed_rows(world: PathLike, service: str, table: str, key: tuple[str, ...],
+                ) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The table's rows by key, in key order; empty when the database or table is absent."""
+    if not db_path(world, service).is_file():
+        return {}
+    conn = _shared(world, service)
+    if not _has_table(conn, table):
+        return {}
+    cols = ", ".join(_quote(k) for k in key)
+    extra = ", rowid AS __rowid__" if key == ("rowid",) else ""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in conn.execute(f"SELECT *{extra} FROM {_quote(table)} ORDER BY {cols}"):
+        record = dict(row)
+        ident = (record.pop("__rowid__"),) if extra else tuple(record[k] for k in key)
+        found[ident] = record
+    return found
+
+
+def row_diff(w0: PathLike, w: PathLike, service: str, table: str,
+             key: str | Sequence[str] | None = None) -> RowDiff:
+    """Rows added, removed and changed in `table` of `service` between W0 and W.
+
+    Rows are matched by `key` (default: the table's primary key in W, else W0; the rowid
+    when it has none). A table or database missing from one world counts as empty there.
+    """
+    if key is None:
+        for world in (w, w0):
+            if db_path(world, service).is_file() and _has_table(_shared(world, service), table):
+                key = _primary_key(_shared(world, service), table)
+                break
+        else:
+            return RowDiff(("rowid",))
+    names = (key,) if isinstance(key, str) else tuple(key)
+    before = _keyed_rows(w0, service, table, names)
+    after = _keyed_rows(w, service, table, names)
+    return RowDiff(
+        key=names,
+        added=[row for ident, row in after.items() if ident not in before],
+        removed=[row for ident, row in before.items() if ident not in after],
+        changed=[(before[ident], row) for ident, row in after.items()
+                 if ident in before and before[ident] != row],
+    )
+
+
+# --- files and text ----------------------------------------------------------------------
+
+
+def _workspace_file(world: PathLike, relpath: str) -> Path:
+    parts = relpath.split("/")
+    if relpath.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{relpath!r} is not a plain relative workspace path")
+    return Path(world) / WORKSPACE / relpath
+
+
+def file_text(world: PathLike, relpath: str) -> str | None:
+    """The text of ``workspace/<relpath>`` (undecodable bytes replaced); None if absent."""
+    path = _workspace_file(world, relpath)
+    if not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def files(world: PathLike) -> list[str]:
+    """Relative paths of every file in the world's workspace, sorted."""
+    base = Path(world) / WORKSPACE
+    found = [p.relative_to(base).as_posix() for p in base.rglob("*")
+             if p.is_file() or p.is_symlink()]
+    return sorted(found)
+
+
+def text_diff(a: str, b: str, *, context: int = 3) -> list[str]:
+    """A unified diff of two texts, line by line (empty when they are equal)."""
+    return list(difflib.unified_diff(a.splitlines(), b.splitlines(), "before", "after",
+                                     n=context, lineterm=""))
+
+
+def similar(a: str, b: str) -> float:
+    """difflib's similarity ratio in [0, 1] (1.0: identical)."""
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def contains(text: str | None, needle: str, casefold: bool = True) -> bool:
+    """Whether `needle` occurs in `text` (case-insensitively by default)."""
+    if text is None:
+        return False
+    if casefold:
+        return needle.casefold() in text.casefold()
+    return needle in text
+
+
+# --- the verdict -------------------------------------------------------------------------
+
+
+def _line(checks: list[tuple[str, bool]]) -> str:
+    seen: set[str] = set()
+    for name, passed in checks:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"check name {name!r} must be a non-empty string")
+        if name in seen:
+            raise ValueError(f"check {name!r} is reported twice")
+        if not isinstance(passed, bool):
+            raise TypeError(f"check {name!r} is {passed!r} ({type(passed).__name__}), "
+                            "not True/False; wrap it in bool() if that is what you mean")
+        seen.add(name)
+    payload = [{"name": name, "passed": passed} for name, passed in checks]
+    return RESULT_PREFIX + json.dumps({"checks": payload}, ensure_ascii=False)
+
+
+def result_list(checks: Iterable[tuple[str, bool] | Mapping[str, Any]]) -> NoReturn:
+    """Print the verdict line for (name, passed) pairs or {"name", "passed"} dicts; exit 0."""
+    pairs = [(c["name"], c["passed"]) if isinstance(c, Mapping) else (c[0], c[1])
+             for c in checks]
+    line = _line(pairs)
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    raise SystemExit(0)
+
+
+def result(**checks: bool) -> NoReturn:
+    """Print the verdict line for the keyword checks, in their order, and exit 0."""
+    result_list(list(checks.items()))
+
+
+class Checklist:
+    """Checks gathered one at a time, then reported together with ``done()``."""
+
+    def __init__(self) -> None:
+        self.checks: list[tuple[str, bool]] = []
+
+    def check(self, name: str, passed: bool) -> bool:
+        self.checks.append((name, passed))
+        return passed
+
+    def done(self) -> NoReturn:
+        result_list(self.checks)
+
+
+_default = Checklist()
+
+
+def check(name: str, passed: bool) -> bool:
+    """Record one check on the script's checklist; returns `passed`."""
+    return _default.check(name, passed)
+
+
+def done() -> NoReturn:
+    """Report the checks recorded with ``check()`` and exit 0."""
+    _default.done()

@@ -1,0 +1,169 @@
+"""Task folders: load and validate one, naming the file and field of anything wrong.
+
+A task is a folder::
+
+    task.json        the spec (gates.contract.TaskSpec)
+    verifier/        the verifier: one or more *.py scripts (files starting "_" are helpers)
+    rubric.md        what a judge checks, in words
+    hint.md          the hint given to hinted rollouts
+    solution.json    the reference solution (gates.contract.Solution): tool calls, shell
+                     commands and a final answer, in order
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from gates.contract import AnswerStep, Interface, ShellStep, Solution, TaskSpec, ToolStep
+from worldstore.errors import TaskError
+
+SPEC_FILE = "task.json"
+VERIFIER_DIR = "verifier"
+RUBRIC_FILE = "rubric.md"
+HINT_FILE = "hint.md"
+SOLUTION_FILE = "solution.json"
+
+T = TypeVar("T")
+
+_TASK_ID = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
+_WORLD_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@[0-9]+\Z")
+_WORLD_HASH = re.compile(r"[0-9a-f]{32}\Z")
+_FIELD_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
+
+
+@dataclass(frozen=True)
+class Task:
+    path: Path
+    spec: TaskSpec
+    verifier_dir: Path
+    scripts: tuple[str, ...]
+    rubric: str
+    hint: str
+    solution: Solution
+
+    @property
+    def task_id(self) -> str:
+        return self.spec.task_id
+
+    def instruction(self, *, hinted: bool) -> str:
+        """What the agent is told: the instruction, plus the hint for hinted rollouts."""
+        if not hinted:
+            return self.spec.instruction
+        return f"{self.spec.instruction}\n\nHint: {self.hint}"
+
+
+def load_task(path: str | Path) -> Task:
+    """Load and validate a task folder; raises TaskError naming the file and field."""
+    root = Path(path)
+    if not root.is_dir():
+        raise TaskError("not a task folder (no such directory)", file=str(root))
+    spec = _decode(root / SPEC_FILE, TaskSpec)
+    _check_spec(root / SPEC_FILE, spec)
+    solution = _decode(root / SOLUTION_FILE, Solution)
+    _check_solution(root / SOLUTION_FILE, solution, spec)
+    verifier_dir = root / VERIFIER_DIR
+    return Task(path=root, spec=spec, verifier_dir=verifier_dir,
+                scripts=_verifier_scripts(verifier_dir),
+                rubric=_text(root / RUBRIC_FILE), hint=_text(root / HINT_FILE),
+                solution=solution)
+
+
+def step_interface(step: ToolStep | ShellStep | AnswerStep) -> Interface | None:
+    if isinstance(step, ToolStep):
+        return "mcp"
+    if isinstance(step, ShellStep):
+        return "shell"
+    return None
+
+
+# --- internals ----------------------------------------------------------------------------
+
+
+def _decode(file: Path, kind: type[T]) -> T:
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise TaskError("missing", file=str(file)) from None
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        match = _FIELD_PATH.search(message)
+        field = match.group("path").lstrip(".") if match else None
+        raise TaskError(_FIELD_PATH.sub("", message), file=str(file), field=field) from None
+    except msgspec.DecodeError as exc:
+        raise TaskError(f"not valid JSON: {exc}", file=str(file)) from None
+
+
+def _check_spec(file: Path, spec: TaskSpec) -> None:
+    def bad(message: str, field: str) -> TaskError:
+        return TaskError(message, file=str(file), field=field)
+
+    if not _TASK_ID.match(spec.task_id):
+        raise bad(f"{spec.task_id!r} is not a task id ([a-z0-9][a-z0-9_-]*)", "task_id")
+    if not spec.instruction.strip():
+        raise bad("must not be empty", "instruction")
+    if not _WORLD_REF.match(spec.world):
+        raise bad(f"{spec.world!r} is not persona@day", "world")
+    if not _WORLD_HASH.match(spec.world_hash):
+        raise bad(f"{spec.world_hash!r} is not a world hash (32 hex digits)", "world_hash")
+    if not spec.interfaces:
+        raise bad("must declare at least one interface", "interfaces")
+    if len(set(spec.interfaces)) != len(spec.interfaces):
+        raise bad("lists an interface twice", "interfaces")
+    if not spec.subtasks:
+        raise bad("must list at least one subtask", "subtasks")
+    for i, sub in enumerate(spec.subtasks):
+        if sub.interface not in spec.interfaces:
+            raise bad(f"uses interface {sub.interface!r}, which the task does not declare",
+                      f"subtasks[{i}].interface")
+        if not sub.description.strip():
+            raise bad("must not be empty", f"subtasks[{i}].description")
+    unused = sorted(set(spec.interfaces) - {s.interface for s in spec.subtasks})
+    if unused:
+        raise bad(f"declares {unused} but no subtask uses it", "interfaces")
+
+
+def _check_solution(file: Path, solution: Solution, spec: TaskSpec) -> None:
+    if not solution.steps:
+        raise TaskError("the reference solution has no steps", file=str(file), field="steps")
+    for i, step in enumerate(solution.steps):
+        if isinstance(step, AnswerStep) and i != len(solution.steps) - 1:
+            raise TaskError("an answer step must be the last step", file=str(file),
+                            field=f"steps[{i}]")
+        interface = step_interface(step)
+        if interface is not None and interface not in spec.interfaces:
+            raise TaskError(f"uses interface {interface!r}, which the task does not declare",
+                            file=str(file), field=f"steps[{i}]")
+    used = {step_interface(s) for s in solution.steps}
+    missing = sorted(i for i in spec.interfaces if i not in used and i != "gui")
+    if missing:
+        raise TaskError(f"never uses the declared interface(s) {missing}", file=str(file),
+                        field="steps")
+
+
+def _verifier_scripts(folder: Path) -> tuple[str, ...]:
+    if not folder.is_dir():
+        raise TaskError("missing (the verifier folder)", file=str(folder))
+    scripts = tuple(sorted(p.name for p in folder.iterdir()
+                           if p.is_file() and p.suffix == ".py" and not p.name.startswith("_")))
+    if not scripts:
+        raise TaskError("holds no verifier script (*.py)", file=str(folder))
+    return scripts
+
+
+def _text(file: Path) -> str:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskError("missing", file=str(file)) from None
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"not UTF-8 text: {exc}", file=str(file)) from None
+    if not text.strip():
+        raise TaskError("is empty", file=str(file))
+    return text
