@@ -67,6 +67,7 @@ class Episode(msgspec.Struct, kw_only=True):
     day: int
     events: list[EpisodeEvent] = msgspec.field(default_factory=list)
     final_hash: str | None = None
+    answer: str | None = None  # the agent's final answer, when it gave one (for verifiers)
 
     @property
     def calls(self) -> list[ToolCall | ShellCall]:

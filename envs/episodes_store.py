@@ -18,6 +18,7 @@ import apsw
 import msgspec
 
 from envs.episode import Episode, apply_effects
+from worldstore.canonical import digest_of
 from worldstore.errors import IntegrityError, WorldError
 from worldstore.store import EpisodeRecord
 
@@ -39,8 +40,9 @@ def save_episode(worlds: Worlds, item: Instance | Episode) -> str:
     """Store an instance's current episode (or an Episode); returns its episode_id.
 
     The final hash recorded is the instance's world hash now; for a bare Episode its own
-    ``final_hash``, or, when it has none, the hash its effects replay to. The instance's
-    episode object is left as it is.
+    ``final_hash``, or, when it has none, the hash its effects replay to. An instance's
+    episode is stored under its content id (``content_id``), which it then takes; a bare
+    Episode keeps the id it has.
     """
     if isinstance(item, Episode):
         episode = item
@@ -49,8 +51,17 @@ def save_episode(worlds: Worlds, item: Instance | Episode) -> str:
                                               final_hash=replay_episode(worlds, episode))
     else:
         episode = msgspec.structs.replace(item.episode, final_hash=item.hash())
+        episode = msgspec.structs.replace(episode, episode_id=content_id(episode))
+        item.episode = msgspec.structs.replace(item.episode, episode_id=episode.episode_id)
     worlds.store.put_episode(episode_record(episode))
     return episode.episode_id
+
+
+def content_id(episode: Episode) -> str:
+    """A stored episode is named by what it holds (its start, calls, effects and answer),
+    so ids never collide across processes and saving the same episode twice is a no-op."""
+    return digest_of(["episode", episode.world_hash, episode.persona, episode.day,
+                      msgspec.json.encode(episode.events), episode.answer])
 
 
 def load_episode(worlds: Worlds, episode_id: str) -> Episode:

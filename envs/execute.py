@@ -9,14 +9,14 @@ from typing import Any
 import apsw
 
 from envs.app import ToolContext, ToolSpec
-from replay.sqlite import freeze, open_event_db, open_event_db_snapshot
+from replay.sqlite import FROZEN_VFS, freeze, open_event_db, open_event_db_snapshot
 
 Effect = tuple[bytes, list[tuple[str, int]] | None]
 
 
-def open_tool_db(path: Path) -> apsw.Connection:
-    """A service database connection as tools use it."""
-    conn = open_event_db(path)
+def open_tool_db(path: Path, *, vfs: str = FROZEN_VFS) -> apsw.Connection:
+    """A service database connection as tools use it (`vfs`: see ``open_event_db``)."""
+    conn = open_event_db(path, vfs=vfs)
     conn.authorizer = None  # tools are app code; guards are for events
     # An instance is a scratch copy, re-creatable from its snapshot and episode.
     conn.execute("PRAGMA synchronous=OFF")

@@ -644,3 +644,11 @@ def default_sandbox() -> Sandbox:
 def run_sandboxed(command: str, workspace: Path, limits: Limits | None = None) -> ShellResult:
     """Run `command` with `default_sandbox()`."""
     return default_sandbox().run(command, workspace, limits)
+
+
+def give_to_sandbox(path: Path) -> None:
+    """Make a scratch tree writable by the sandbox user (as root, chown it to that uid;
+    otherwise the sandbox runs as the caller, who owns it already). Only for trees this
+    process made for one run, never for a user's own files."""
+    if os.geteuid() == 0:
+        _give_tree(Path(os.path.realpath(path)), *_sandbox_ids())

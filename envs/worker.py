@@ -1,16 +1,30 @@
 """The app worker: serves the tools of app code carried in a world's log.
 
-Run as ``python -m envs.worker`` inside the sandbox (``envs.workers.AppWorker`` starts it),
-never in the project's own process. It speaks JSON lines on stdin/stdout:
+Run as ``python -m envs.worker <channel fd>`` inside the sandbox (``envs.workers.AppWorker``
+starts it), never in the project's own process. It speaks JSON lines on stdin/stdout:
 
 * ``{"op": "load", "service", "code"}``: run `code` as a fresh module (it defines
   ``app = App(...)``); reply ``{"ok": true, "app", "version", "tools": [...]}``;
-* ``{"op": "call", "tool", "arguments", "db", "millis", "seed", "now", "call_index"}``:
-  run the tool against the database at `db` exactly as an in-process instance does
-  (``envs.execute.execute_tool``), validating the arguments through the tool set's
-  FastMCP server; reply ``{"ok": true, "is_error", "text", "structured", "changeset",
-  "sequences"}`` (changeset base64, both null unless the call changed them);
-* ``{"op": "forget", "db"}``: close the connection to `db`.
+* ``{"op": "call", "tool", "arguments", "handover", "millis", "seed", "now",
+  "call_index"}``: run the tool against the database the worker holds exactly as an
+  in-process instance does (``envs.execute.execute_tool``), validating the arguments
+  through the tool set's FastMCP server; reply ``{"ok": true, "is_error", "text",
+  "structured", "changeset", "sequences"}`` (changeset base64, both null unless the call
+  changed them);
+* ``{"op": "forget"}``: close the database the worker holds.
+
+The worker opens no file by name: it sees no instance directory at all. A call whose
+``handover`` is ``{"writable": bool}`` comes with the database's file descriptor, sent just
+before it on the channel socket (SCM_RIGHTS); the worker drops the database it held and
+opens SQLite on that descriptor through the ``agentworlds-handed`` VFS. So the process
+holds at most one instance's database at any time: the current request's, or between
+requests the last one's. A failed call request leaves it holding nothing.
+
+Nothing the carried code starts may outlive a request (a thread, a process, an interval
+timer): such code would run while the next request's database is in the process. The
+worker reports it (``"retire"`` in the reply, having dropped its database) and the host
+replaces it. What it cannot take away is the code's own memory: module state is shared by
+every instance the worker serves, as in any long-lived app process.
 
 Anything the carried code prints goes to stderr: stdout carries only replies.
 """
@@ -20,42 +34,186 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import signal
+import socket
 import sys
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 import msgspec
 
-_conns: dict[str, apsw.Connection] = {}
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+VFS_NAME = "agentworlds-handed"
+HANDED = "/handed.sqlite"  # the handed database's name inside the worker; no such file
+HANDOVER_MESSAGE = b"handover"  # what the host sends with each descriptor
+
+
+class _HandedFile(apsw.VFSFile):
+    """The handed database: every read and write goes to the host's descriptor.
+
+    Locks are no-ops because one process uses an instance's database at a time: the host
+    never opens a carried app's database itself and asks the worker to ``forget`` it before
+    it hashes, diffs, resets or deletes the instance. Syncs are no-ops because an instance
+    is a scratch copy (``open_tool_db`` turns them off for in-process instances too).
+    """
+
+    def __init__(self, fd: int) -> None:  # no super().__init__(): it inherits no VFS file
+        self.fd = fd
+
+    def xRead(self, amount: int, offset: int) -> bytes:
+        # A regular file reads short only at its end; apsw zero-fills and reports the short
+        # read to SQLite, as the unix VFS does.
+        return os.pread(self.fd, amount, offset)
+
+    def xWrite(self, data: Buffer, offset: int) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def xTruncate(self, newsize: int) -> None:
+        os.ftruncate(self.fd, newsize)
+
+    def xSync(self, flags: int) -> None:
+        pass
+
+    def xFileSize(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def xLock(self, level: int) -> None:
+        pass
+
+    def xUnlock(self, level: int) -> None:
+        pass
+
+    def xCheckReservedLock(self) -> bool:
+        return False
+
+    def xFileControl(self, op: int, ptr: int) -> bool:
+        return False
+
+    def xSectorSize(self) -> int:
+        return 4096
+
+    def xDeviceCharacteristics(self) -> int:
+        return 0
+
+    def xClose(self) -> None:
+        pass  # the descriptor belongs to the holding, closed when it is dropped
+
+
+class _HandedVFS(apsw.VFS):
+    """Opens only the handed database (and anonymous temporary files in the sandbox's
+    private /tmp); every other name, an ATTACH of a path say, cannot be opened. The
+    rollback journal lives in memory, so no journal file is needed; the frozen clock
+    comes from the base VFS."""
+
+    def __init__(self) -> None:
+        from replay.sqlite import frozen_vfs
+
+        super().__init__(VFS_NAME, frozen_vfs())
+        self.fd: int | None = None
+        self.writable = False
+
+    def xOpen(self, name: str | apsw.URIFilename | None, flags: list[int]) -> apsw.VFSFile:
+        if name is None:
+            return apsw.VFSFile("", name, flags)
+        filename = name.filename() if isinstance(name, apsw.URIFilename) else name
+        if filename != HANDED or self.fd is None:
+            raise apsw.CantOpenError(f"{filename}: the worker opens only the database "
+                                     "handed over with the request")
+        if not self.writable:
+            flags[1] = (flags[0] & ~(apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+                        ) | apsw.SQLITE_OPEN_READONLY
+        else:
+            flags[1] = flags[0]
+        return _HandedFile(self.fd)
+
+    def xAccess(self, pathname: str, flags: int) -> bool:
+        return False  # no journal, WAL or other file exists beside the handed database
+
+    def xDelete(self, filename: str, syncdir: bool) -> None:
+        pass  # nothing named exists to delete
+
+    def xFullPathname(self, name: str) -> str:
+        return name
+
+
+class _Holding:
+    """The one database the worker holds, received from the host's channel."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self.channel = channel
+        self.vfs = _HandedVFS()
+        self.conn: apsw.Connection | None = None
+
+    def take(self, writable: bool) -> None:
+        """Drop the database held, then open the one sent on the channel."""
+        self.drop()
+        message, fds, msg_flags, _ = socket.recv_fds(self.channel, 64, 1,
+                                                     socket.MSG_DONTWAIT)
+        if msg_flags & socket.MSG_CTRUNC or len(fds) != 1 or message != HANDOVER_MESSAGE:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError("the database was not handed over with the request "
+                               f"(got {message!r} with {len(fds)} descriptors)")
+        self.vfs.fd, self.vfs.writable = fds[0], writable
+        try:
+            self.conn = _open_handed()
+        except BaseException:
+            self.drop()
+            raise
+
+    def drop(self) -> None:
+        conn, self.conn = self.conn, None
+        fd, self.vfs.fd = self.vfs.fd, None
+        try:
+            if conn is not None:
+                conn.close()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _open_handed() -> apsw.Connection:
+    from envs.execute import open_tool_db
+
+    conn = open_tool_db(Path(HANDED), vfs=VFS_NAME)
+    # The journal lives in memory (there is no file to put it in). No cache spill: a write
+    # reaches the file only when it commits, so a worker killed mid-call (a timeout)
+    # leaves the database as the last commit left it, unless killed during the commit.
+    for pragma in ("journal_mode=MEMORY", "temp_store=MEMORY", "cache_spill=OFF"):
+        conn.execute(f"PRAGMA {pragma}").fetchall()  # a pragma that answers runs on reading
+    return conn
 
 
 class _Call:
     """Stands in for the instance while one tool call runs (``envs.instance._CURRENT``)."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(self, request: dict[str, Any], conn: apsw.Connection) -> None:
         self.request = request
+        self.conn = conn
         self.effect: tuple[bytes, list[tuple[str, int]] | None] | None = None
 
     def _execute(self, spec: Any, kwargs: dict[str, Any]) -> Any:
-        from envs.execute import execute_tool, open_tool_db
+        from envs.execute import execute_tool
 
-        path = str(self.request["db"])
-        conn = _conns.get(path)
-        if conn is None:
-            conn = _conns[path] = open_tool_db(Path(path))
         result, self.effect = execute_tool(
-            conn, spec, kwargs, millis=int(self.request["millis"]),
+            self.conn, spec, kwargs, millis=int(self.request["millis"]),
             seed=str(self.request["seed"]), now=str(self.request["now"]),
             call_index=int(self.request["call_index"]))
         return result
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, holding: _Holding) -> None:
         self.tools: Any = None
+        self.holding = holding
         self.loop = asyncio.new_event_loop()
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -80,19 +238,40 @@ class _Worker:
             self.tools = tool_set([app])
         except Exception as exc:
             return {"ok": False, "error": _describe(exc)}
+        left = left_running()
+        if left is not None:
+            return {"ok": False, "error": f"loading the code left {left} running"}
         return {"ok": True, "app": app.name, "version": app.version, "tools": [
             {"name": i.name, "description": i.description, "writes": i.writes,
              "input_schema": i.input_schema, "output_schema": i.output_schema}
             for i in self.tools.infos]}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            reply = self._call(request)
+        except Exception as exc:
+            reply = {"ok": False, "error": _describe(exc)}
+        if not reply.get("ok"):
+            self.holding.drop()
+        left = left_running()
+        if left is not None:
+            self.holding.drop()
+            reply["retire"] = f"the call left {left} running"
+        return reply
+
+    def _call(self, request: dict[str, Any]) -> dict[str, Any]:
         from fastmcp.exceptions import NotFoundError, ToolError, ValidationError
 
         from envs import instance
 
         if self.tools is None:
             return {"ok": False, "error": "no app is loaded"}
-        current = _Call(request)
+        handover = request.get("handover")
+        if isinstance(handover, dict):
+            self.holding.take(bool(handover.get("writable")))
+        if self.holding.conn is None:
+            return {"ok": False, "error": "no database was handed over"}
+        current = _Call(request, self.holding.conn)
         token = instance._CURRENT.set(current)  # type: ignore[arg-type]
         try:
             raw = self.loop.run_until_complete(self.tools.server.call_tool(
@@ -110,10 +289,52 @@ class _Worker:
                 "sequences": effect[1] if effect else None}
 
     def forget(self, request: dict[str, Any]) -> dict[str, Any]:
-        conn = _conns.pop(str(request["db"]), None)
-        if conn is not None:
-            conn.close()
+        self.holding.drop()
         return {"ok": True}
+
+
+def left_running() -> str | None:
+    """What still runs besides the worker's own thread (None: nothing). Only meaningful
+    in the sandbox, whose pid namespace holds its init (the parent) and the worker."""
+    _reap_children()
+    threads = len(os.listdir("/proc/self/task")) - 1
+    if threads:
+        return f"{threads} thread(s)"
+    ours = {os.getpid(), os.getppid()}
+    others = sorted(pid for pid in _live_pids() if pid not in ours)
+    if others:
+        return f"process(es) {', '.join(map(str, others))}"
+    for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
+        if signal.getitimer(timer) != (0.0, 0.0):
+            return "an interval timer"
+    return None
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _live_pids() -> list[int]:
+    """Processes of the namespace that are not zombies (an exited grandchild waits for
+    init to reap it and can run nothing more)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if state not in (b"Z", b"X"):
+            pids.append(int(entry))
+    return pids
 
 
 def _describe(exc: BaseException) -> str:
@@ -122,6 +343,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def main() -> None:
+    channel = socket.socket(fileno=int(sys.argv[1]))
+    channel.set_inheritable(False)  # the carried code's child processes never get it
     # Keep the protocol's pipes private: the app's prints and reads get stderr and nothing.
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     requests = os.fdopen(os.dup(0), "rb")
@@ -133,7 +356,7 @@ def main() -> None:
     import logging
 
     logging.getLogger("fastmcp").setLevel(logging.CRITICAL)
-    worker = _Worker()
+    worker = _Worker(_Holding(channel))
     ops = {"load": worker.load, "call": worker.call, "forget": worker.forget}
     decoder = msgspec.json.Decoder()
     encoder = msgspec.json.Encoder()

@@ -5,17 +5,22 @@ Carried code is untrusted: it never runs in this process. ``AppWorker`` runs
 time; ``WorkerPool`` keeps one worker per (service, code digest), so every instance of
 worlds carrying the same code shares it and only the first open waits for a start.
 
-What the worker sees: a new root with the system's ``/usr`` and ``/lib*`` (read-only), the
-Python installation at ``/opt/python``, the virtual environment's site-packages at
-``/opt/site`` and the project's packages under ``/opt/src`` (all read-only), and the
-directory holding the instances (read-write, at its own path, so database paths are the
-same on both sides). No network (only a private loopback), new pid/ipc/uts/cgroup/user
-namespaces, no nested user namespaces, every capability dropped, no new privileges, and
-``prlimit`` bounds on address space, CPU seconds, file size and open files. It runs as uid
-0 *inside its own user namespace* with no capabilities: the instance files are owned by
-the host's user, and without CAP_DAC_OVERRIDE that uid can write only what is bound
-writable (everything else is a read-only mount). A call that outlives ``timeout_s`` (or a
-worker that dies) gets an error result; the worker is killed and restarted on the next call.
+What the worker sees: a new root with the system's ``/usr`` and ``/lib*``, the Python
+installation at ``/opt/python``, the virtual environment's site-packages at ``/opt/site``
+and the project's packages under ``/opt/src`` (all read-only), and a private ``/tmp``
+(tmpfs). No file of the host is writable there, and no instance directory, snapshot or
+store is there at all. A call's database reaches it as a file descriptor: on the first call
+of an instance (after ``forget``, or after another instance's call), this process opens the
+instance's database itself, read-write, or the snapshot's read-only while a lazy instance
+has no copy, and sends the descriptor over a Unix socket (SCM_RIGHTS) with the request; the
+worker then drops the one it held (see ``envs.worker``). So while a call runs, the worker
+process holds no database but that instance's.
+
+No network (only a private loopback), new pid/ipc/uts/cgroup/user namespaces, no nested
+user namespaces, every capability dropped, no new privileges, and ``prlimit`` bounds on
+address space, CPU seconds, file size and open files. A call that outlives ``timeout_s``
+(or a worker that dies) gets an error result; the worker is killed and restarted on the
+next call. A worker whose call left a thread, a process or a timer running is replaced too.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import selectors
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -42,6 +50,8 @@ from fastmcp.tools import Tool, ToolResult
 from mcp.types import TextContent, ToolAnnotations
 
 from envs.app import ToolSpec
+from envs.worker import HANDOVER_MESSAGE
+from replay.layout import service_db
 from worldstore.canonical import digest
 from worldstore.errors import SandboxError, WorldError
 
@@ -50,6 +60,7 @@ SITE_AT = "/opt/site"
 SRC_AT = "/opt/src"
 PACKAGES = ("envs", "replay", "worldstore", "migrations")
 SYSTEM_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32")
+log = logging.getLogger(__name__)
 
 
 class AppLoadError(WorldError):
@@ -81,7 +92,8 @@ def _python_paths() -> tuple[str, str, list[str]]:
 
 
 class AppWorker:
-    """One sandboxed ``envs.worker`` process serving one carried app."""
+    """One sandboxed ``envs.worker`` process serving one carried app to the instances under
+    `root` (it is handed databases there only)."""
 
     def __init__(self, service: str, code: str, root: Path,
                  limits: WorkerLimits | None = None) -> None:
@@ -93,7 +105,8 @@ class AppWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: Any = None
         self._buffer = bytearray()
-        self._open: set[str] = set()
+        self._channel: socket.socket | None = None  # our end of the descriptor channel
+        self._held: tuple[str, str] | None = None  # (database, file handed) the worker holds
         self._lock = threading.Lock()
         tools = {n: shutil.which(n, path="/usr/sbin:/usr/bin:/sbin:/bin")
                  for n in ("bwrap", "prlimit")}
@@ -107,7 +120,8 @@ class AppWorker:
         """The host pid of the sandbox (bwrap), while running."""
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
-    def argv(self) -> list[str]:
+    def argv(self, channel_fd: int) -> list[str]:
+        """The command line; `channel_fd` is the worker's end of the descriptor channel."""
         prefix, site, packages = _python_paths()
         lim = self.limits
         argv = [self._prlimit, f"--cpu={lim.cpu_s}:{lim.cpu_s + 1}",
@@ -125,7 +139,6 @@ class AppWorker:
             argv += ["--ro-bind", package, f"{SRC_AT}/{Path(package).name}"]
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp",
-                 "--bind", str(self.root), str(self.root),
                  "--chdir", "/tmp", "--clearenv",
                  "--setenv", "PATH", f"{PYTHON_AT}/bin:/usr/bin:/bin",
                  "--setenv", "PYTHONHOME", PYTHON_AT,
@@ -135,7 +148,7 @@ class AppWorker:
                  "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
                  "--remount-ro", "/", "--",
                  f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}",
-                 "-s", "-m", "envs.worker"]
+                 "-s", "-m", "envs.worker", str(channel_fd)]
         return argv
 
     # --- requests ---------------------------------------------------------------------
@@ -149,35 +162,66 @@ class AppWorker:
             return self.loaded
 
     def call(self, tool: str, arguments: dict[str, Any], *, db: Path, millis: int, seed: str,
-             now: str, call_index: int) -> dict[str, Any]:
-        """Run one tool call; a timeout or crash is an error reply (and a restart later)."""
-        path = str(db)
+             now: str, call_index: int, source: Path | None = None) -> dict[str, Any]:
+        """Run one tool call against the instance database `db`; a timeout or crash is an
+        error reply (and a restart later). `source` is the file to read instead while a
+        lazy instance has no copy of `db` (its snapshot's database, handed read-only)."""
+        source = source or db
+        held = (str(db), str(source))
         with self._lock:
             try:
                 self._ensure_started()
-                self._open.add(path)
-                reply = self._request({"op": "call", "tool": tool, "arguments": arguments,
-                                       "db": path, "millis": millis, "seed": seed,
-                                       "now": now, "call_index": call_index},
-                                      self.limits.timeout_s)
             except (WorkerError, AppLoadError) as exc:
                 self._stop()
                 return {"ok": False, "error": str(exc)}
+            try:
+                fd = None if self._held == held else self._open_handed(db, source)
+            except OSError as exc:
+                return {"ok": False, "error": f"{source}: cannot hand the database to the "
+                                              f"app worker: {exc}"}
+            request = {"op": "call", "tool": tool, "arguments": arguments,
+                       "handover": None if fd is None else {"writable": source == db},
+                       "millis": millis, "seed": seed, "now": now, "call_index": call_index}
+            try:
+                reply = self._request(request, self.limits.timeout_s, fd)
+            except WorkerError as exc:
+                self._stop()
+                return {"ok": False, "error": str(exc)}
+            self._held = held if reply.get("ok") else None  # a failed call holds nothing
+            if reply.get("retire"):
+                log.warning("carried app %r: %s; its worker is replaced", self.service,
+                            reply["retire"])
+                self._stop()
             return reply
 
     def forget(self, db: Path) -> None:
-        """Close the worker's connection to `db` (before its files are replaced)."""
-        path = str(db)
+        """Make the worker drop `db` if it holds it (before the instance's files are read,
+        replaced or deleted here)."""
         with self._lock:
-            if path not in self._open:
+            if self._held is None or self._held[0] != str(db):
                 return
-            self._open.discard(path)
+            self._held = None
             if self._proc is None:
                 return
             try:
-                self._request({"op": "forget", "db": path}, self.limits.timeout_s)
+                reply = self._request({"op": "forget"}, self.limits.timeout_s)
             except WorkerError:
-                self._stop()
+                reply = {}
+            if not reply.get("ok"):
+                self._stop()  # it may still hold the database: it must not outlive this
+
+    def _open_handed(self, db: Path, source: Path) -> int:
+        """A descriptor of `source` to hand over: `db` itself read-write, or a snapshot's
+        database read-only. Refuses a database outside this worker's instances directory,
+        a symlink and anything but a regular file."""
+        if not Path(os.path.realpath(db)).is_relative_to(self.root):
+            raise OSError(f"not under the worker's instances directory {self.root}")
+        flags = os.O_RDWR | os.O_CREAT if source == db else os.O_RDONLY
+        fd = os.open(source, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError("not a regular file")
+        return fd
 
     def close(self) -> None:
         with self._lock:
@@ -190,9 +234,19 @@ class AppWorker:
             return
         self._stop()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
-        self._proc = subprocess.Popen(
-            self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True, close_fds=True, env={"PATH": "/usr/bin:/bin"})
+        # Datagrams keep each descriptor with its own message.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                self.argv(theirs.fileno()), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self._stderr, start_new_session=True, close_fds=True,
+                pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"})
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._channel = ours
         reply = self._request({"op": "load", "service": self.service, "code": self.code},
                               self.limits.start_timeout_s)
         if not reply.get("ok"):
@@ -200,10 +254,19 @@ class AppWorker:
             raise AppLoadError(str(reply.get("error")))
         self.loaded = reply
 
-    def _request(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _request(self, request: dict[str, Any], timeout: float,
+                 fd: int | None = None) -> dict[str, Any]:
+        """Send one request (first `fd` on the channel, if given; it is closed here) and
+        wait for its reply."""
         proc = self._proc
-        if proc is None or proc.stdin is None or proc.stdout is None:
-            raise WorkerError("the app worker is not running")
+        try:
+            if proc is None or proc.stdin is None or proc.stdout is None or not self._channel:
+                raise WorkerError("the app worker is not running")
+            if fd is not None:
+                self._send_fd(fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
         try:
             proc.stdin.write(msgspec.json.encode(request) + b"\n")
             proc.stdin.flush()
@@ -217,6 +280,13 @@ class AppWorker:
         if not isinstance(reply, dict):
             raise WorkerError("the app worker sent a bad reply")
         return reply
+
+    def _send_fd(self, fd: int) -> None:
+        assert self._channel is not None
+        try:
+            socket.send_fds(self._channel, [HANDOVER_MESSAGE], [fd])
+        except OSError as exc:
+            raise WorkerError(f"the app worker died{self._why()}") from exc
 
     def _read_line(self, proc: subprocess.Popen[bytes], deadline: float,
                    timeout: float) -> bytes:
@@ -256,7 +326,10 @@ class AppWorker:
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
         self._buffer.clear()
-        self._open.clear()  # a new process holds no connections
+        self._held = None  # a new process holds no database
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         if proc is not None:
             if proc.poll() is None:
                 from envs.sandbox import _kill_bwrap
@@ -278,16 +351,22 @@ class _RemoteTool(Tool):
 
     worker: Any = None
     service: str = ""
+    writes: bool = False
 
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
         from envs.instance import _CURRENT
 
         instance = _CURRENT.get()
         call = instance._call_index
+        mount = instance.mount
+        db = service_db(mount.path, self.service)  # names it for forget, whatever is read
+        if self.writes:
+            mount.db_path(self.service)  # a lazy instance copies its database now
         reply = await asyncio.to_thread(
-            self.worker.call, self.name, arguments, db=instance.mount.db_path(self.service),
-            millis=instance._millis(call), seed=f"{instance.record.world_hash}:{call}",
-            now=instance._iso(call), call_index=call)
+            self.worker.call, self.name, arguments, db=db,
+            source=mount.read_db_path(self.service), millis=instance._millis(call),
+            seed=f"{instance.record.world_hash}:{call}", now=instance._iso(call),
+            call_index=call)
         if not reply.get("ok"):
             raise McpToolError(f"Error calling tool {self.name!r}: {reply.get('error')}")
         if reply.get("changeset") is not None or reply.get("sequences") is not None:
@@ -325,7 +404,7 @@ class RemoteApp:
             tool = _RemoteTool(
                 name=full, description=spec.description, parameters=info["input_schema"],
                 output_schema=info["output_schema"], worker=worker, service=service,
-                annotations=ToolAnnotations(read_only_hint=not spec.writes))
+                writes=spec.writes, annotations=ToolAnnotations(read_only_hint=not spec.writes))
             self._tools.append((spec, tool))
 
     def tools(self) -> list[tuple[ToolSpec, Tool]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
@@ -192,7 +193,7 @@ class LLMClient:
                             response=response)
         data = msgspec.json.format(msgspec.json.encode(record, order="sorted"), indent=2)
         # Written beside and renamed, so a concurrent replay never reads half a file.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(data + b"\n")
         tmp.replace(path)
 
@@ -212,18 +213,38 @@ class LLMClient:
         return _completion(record.response, key, from_recording=True)
 
 
-def client_from_env(environ: Mapping[str, str] | None = None) -> LLMClient:
-    """The client the environment configures (``WORLDCTL_LLM_*``); without
-    ``WORLDCTL_LLM_MODEL`` it has no model and every call raises NoModel."""
+def client_from_env(environ: Mapping[str, str] | None = None, *,
+                    model: str | None = None) -> LLMClient:
+    """The client the environment configures (``WORLDCTL_LLM_*``); `model`, when given,
+    overrides ``WORLDCTL_LLM_MODEL``. Without either there is no model and every call
+    raises NoModel."""
     env = os.environ if environ is None else environ
-    mode = env.get(ENV_MODE) or None
-    if mode is not None and mode not in MODES:
-        raise ConfigError(f"{ENV_MODE}={mode!r} is not one of {', '.join(MODES)}")
     recordings = env.get(ENV_RECORDINGS) or None
-    return LLMClient(env.get(ENV_MODEL) or None, api_base=env.get(ENV_API_BASE) or None,
+    return LLMClient(model or env.get(ENV_MODEL) or None,
+                     api_base=env.get(ENV_API_BASE) or None,
                      api_key=env.get(ENV_API_KEY) or None,
                      recordings=Path(recordings) if recordings else None,
-                     mode=mode)  # type: ignore[arg-type]  # checked against MODES above
+                     mode=_mode_of(env.get(ENV_MODE) or None))
+
+
+def _mode_of(value: str | None) -> Mode | None:
+    if value is None:
+        return None
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ConfigError(f"{ENV_MODE}={value!r} is not one of {', '.join(MODES)}")
+
+
+def assistant_message(completion: Completion) -> Message:
+    """The completion as the assistant message that continues the conversation."""
+    message: Message = {"role": "assistant", "content": completion.text or None}
+    if completion.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in completion.tool_calls]
+    return message
 
 
 def build_request(model: str, messages: Sequence[Message],
@@ -291,5 +312,5 @@ def _provider_errors() -> type[Exception]:
 
 
 __all__ = ["MODES", "Completion", "LLMCallError", "LLMClient", "Mode", "NoModel",
-           "RecordingMissing", "ToolCall", "build_request", "client_from_env",
+           "RecordingMissing", "ToolCall", "assistant_message", "build_request", "client_from_env",
            "request_hash"]

@@ -54,7 +54,8 @@ class RewardError(WorldError, ValueError):
 # (one or a list; "integer" is a number with no fractional part, booleans are never
 # numbers), enum, const, properties, required, additionalProperties (false or a schema),
 # items, minItems/maxItems, minLength/maxLength, minimum/maximum and their exclusive
-# forms, pattern, anyOf/allOf/oneOf and local $ref ("#/$defs/..."). Other keywords
+# forms, pattern, anyOf/allOf/oneOf and local $ref ("#/$defs/...", which replaces its
+# sibling keywords, as in draft 7). Other keywords
 # (description, default, title, format, ...) are annotations here and are ignored.
 # Objects are walked in sorted key order so the first problem reported never depends on
 # the order a dict was built in.
@@ -514,8 +515,9 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     mean = sum(exact, Fraction(0)) / k
     variance = sum(((r - mean) ** 2 for r in exact), Fraction(0)) / k
     if variance > 0:
-        sigma = math.sqrt(variance)
-        return [float(r - mean) / sigma for r in exact]
+        # (r - mu) / sigma as sign * sqrt((r - mu)^2 / variance): the ratio is exact and of
+        # order 1, where sigma alone can underflow to 0.0 for tiny but real spreads.
+        return [math.copysign(math.sqrt((r - mean) ** 2 / variance), r - mean) for r in exact]
     if exact[0] == -1:
         return [-1.0 / math.sqrt(k)] * k
     return [0.0] * k

@@ -115,11 +115,19 @@ def _authorizer(op: int, p1: str | None, p2: str | None, db: str | None,
     return apsw.SQLITE_DENY
 
 
-def open_event_db(path: Path) -> apsw.Connection:
-    """Open (creating) a service database for applying events, with every guard on."""
+def frozen_vfs() -> str:
+    """The frozen-clock VFS's name, registering it first: another VFS built on it (its
+    `base`) keeps the frozen clock."""
+    _ensure_vfs()
+    return FROZEN_VFS
+
+
+def open_event_db(path: Path, *, vfs: str = FROZEN_VFS) -> apsw.Connection:
+    """Open (creating) a service database for applying events, with every guard on. `vfs`
+    is FROZEN_VFS or one built on it (``frozen_vfs()``), or the clock is not frozen."""
     _ensure_vfs()
     conn = apsw.Connection(
-        str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=FROZEN_VFS
+        str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs
     )
     conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
     conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]

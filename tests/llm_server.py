@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,7 +47,8 @@ class LoopbackLLM:
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever,
+        # A short poll interval: stopping waits for the next poll (0.5 s by default).
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                         name="loopback-llm", daemon=True)
 
     @property
@@ -125,7 +126,7 @@ def _content(message: dict[str, Any]) -> str:
 def _matches(when: dict[str, Any], body: dict[str, Any]) -> bool:
     messages = body.get("messages") or []
     last = messages[-1] if messages else {}
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "last_role": lambda v: last.get("role") == v,
         "last_contains": lambda v: v in _content(last),
         "any_contains": lambda v: any(v in _content(m) for m in messages),

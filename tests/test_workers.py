@@ -1,7 +1,10 @@
 """Carried app code runs only in a sandboxed worker process (real bubblewrap), never here:
 tools, calls, episodes, replay and reset work as for shipped apps; the code sees no
-network, cannot write outside its instances, cannot see the host, and is killed when a
-call outlives its timeout."""
+network, writes nothing of the host, cannot see the host, and is killed when a call
+outlives its timeout. One worker serves the instances of every world carrying the same code,
+yet a call reaches no database but its own instance's: not by path (no instance, snapshot
+or store is in the sandbox), not through SQLite, not through the process's descriptors, and
+not through a thread, process or timer left running by an earlier call."""
 
 from __future__ import annotations
 
@@ -15,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
+from envs.episode import DbChange
 from envs.episodes_store import replay_episode
 from envs.instance import AppPinError, Environment
 from envs.workers import WorkerLimits, WorkerPool
 from replay import Worlds
+from replay.layout import service_db
 
 MARKER = "AGENTWORLDS_CARRIED_CODE_RAN"
 CODE = f'''
-import os, socket, subprocess, sys
+import os, signal, socket, stat, subprocess, sys, threading, time
 from typing import Annotated
 from pydantic import BaseModel, Field
 from envs.app import App, ToolContext, ToolError
@@ -77,21 +82,96 @@ def spin(ctx: ToolContext) -> str:
     """Loop forever."""
     while True:
         pass
+
+
+@app.tool(writes=True)
+def fill(ctx: ToolContext, rows: int) -> int:
+    """Add `rows` notes of 1000 characters."""
+    ctx.db.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                   "WHERE i < ?) INSERT INTO notes(title) SELECT printf('%01000d', i) FROM n",
+                   (rows,))
+    return rows
+
+
+@app.tool(writes=True)
+def mark_all_then_spin(ctx: ToolContext) -> str:
+    """Change every note (more than SQLite's page cache holds), then loop forever."""
+    ctx.db.execute("UPDATE notes SET title = title || '!'")
+    while True:
+        pass
+
+
+@app.tool(writes=False)
+def read_path(ctx: ToolContext, path: str) -> str:
+    """Read a file, or list a directory."""
+    if os.path.isdir(path):
+        return "listed: " + ", ".join(sorted(os.listdir(path)))
+    with open(path, "rb") as f:
+        return "read: " + f.read(64).decode("latin-1")
+
+
+@app.tool(writes=True)
+def attach(ctx: ToolContext, path: str) -> str:
+    """Open another database through SQLite."""
+    ctx.db.execute("ATTACH DATABASE ? AS other", (path,))
+    return str(ctx.db.execute("SELECT group_concat(title) FROM other.notes").fetchall())
+
+
+@app.tool(writes=False)
+def scan_descriptors(ctx: ToolContext) -> str:
+    """Read every file the process has open, as a thief would."""
+    seen = []
+    for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+        try:
+            seen.append(os.pread(fd, 1 << 20, 0).decode("latin-1"))
+        except OSError:
+            pass
+    return "".join(seen)
+
+
+@app.tool(writes=False)
+def scribble_descriptors(ctx: ToolContext) -> int:
+    """Write over every file the process has open (but its own stdio)."""
+    written = 0
+    for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+        try:
+            if fd > 2 and stat.S_ISREG(os.fstat(fd).st_mode):
+                written += os.pwrite(fd, b"scribbled", 0)
+        except OSError:
+            pass
+    return written
+
+
+@app.tool(writes=False)
+def leave_running(ctx: ToolContext, what: str) -> str:
+    """Leave something running after the call."""
+    if what == "thread":
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    elif what == "process":
+        subprocess.Popen(["sleep", "3600"])
+    elif what == "timer":
+        signal.signal(signal.SIGALRM, lambda *_: None)
+        signal.setitimer(signal.ITIMER_REAL, 3600)
+    return "left " + what
 '''
-BASE = [
-    {"persona": "p", "day": 0, "ts": "2026-01-01T00:00:00Z", "type": "sql", "service": "notes",
-     "sql": "CREATE TABLE notes(id INTEGER PRIMARY KEY, title TEXT)"},
-    {"persona": "p", "day": 0, "ts": "2026-01-01T00:00:01Z", "type": "sql", "service": "notes",
-     "sql": "INSERT INTO notes VALUES (1, 'first')"},
-]
+
+
+def _log(persona: str, code: str, first: str) -> list[dict[str, object]]:
+    def line(second: int, **fields: object) -> dict[str, object]:
+        return {"persona": persona, "day": 0, "ts": f"2026-01-01T00:00:0{second}Z",
+                "service": "notes", **fields}
+
+    return [line(0, type="sql", sql="CREATE TABLE notes(id INTEGER PRIMARY KEY, title TEXT)"),
+            line(1, type="sql", sql=f"INSERT INTO notes VALUES (1, '{first}')"),
+            line(2, type="app", app="carried-notes", version="0.1", code=code)]
 
 
 def _world(root: Path, code: str) -> Worlds:
-    pin = {"persona": "p", "day": 0, "ts": "2026-01-01T00:00:02Z", "type": "app",
-           "service": "notes", "app": "carried-notes", "version": "0.1", "code": code}
+    """Persona p's world, and persona q's (another world, carrying the same code)."""
     worlds = Worlds.open(root)
+    lines = _log("p", code, "first") + _log("q", code, "first of q")
     worlds.import_stream(io.BytesIO(b"".join(json.dumps(line).encode() + b"\n"
-                                             for line in [*BASE, pin])), source="w.jsonl")
+                                             for line in lines)), source="w.jsonl")
     return worlds
 
 
@@ -143,6 +223,97 @@ def test_instances_share_one_worker_and_stay_isolated(env: Environment) -> None:
         assert {w.pid for w in env._pool.workers()} == pids and None not in pids
 
 
+def test_a_call_reaches_no_other_instance_by_path_or_through_sqlite(env: Environment
+                                                                   ) -> None:
+    cache = env.worlds.cache
+    with env.open("p@0") as mine, env.open("p@0") as same_world, env.open("q@0") as other:
+        for instance in (same_world, other):  # each now has its own copy, with a secret
+            assert not instance.call_tool("notes_add_note", {"title": "secret"}).is_error
+        snapshot_db = service_db(other.mount.snapshot, "notes")
+        targets = [service_db(same_world.mount.path, "notes"),
+                   service_db(other.mount.path, "notes"), snapshot_db,
+                   mine.mount.db_path("notes"),  # by name, not even its own
+                   other.mount.path, cache.tmp, cache.root]
+        assert all(t.exists() for t in targets)
+        for target in targets:
+            read = mine.call_tool("notes_read_path", {"path": str(target)})
+            assert read.is_error and "No such file or directory" in read.text, target
+            attached = mine.call_tool("notes_attach", {"path": str(target)})
+            assert attached.is_error and "opens only the database handed over" in attached.text
+            assert "secret" not in read.text + attached.text
+        got = mine.call_tool("notes_get_note", {"note_id": 1})
+        assert (got.is_error, got.structured) == (False, {"id": 1, "title": "first"})
+        assert mine.call_tool("notes_get_note", {"note_id": 2}).is_error
+        assert not [e for e in mine.episode.events if isinstance(e, DbChange)]
+
+
+def test_while_a_call_runs_the_worker_holds_no_other_instance_database(env: Environment
+                                                                       ) -> None:
+    with env.open("p@0") as one, env.open("q@0") as two:
+        assert not one.call_tool("notes_add_note", {"title": "secret of one"}).is_error
+        assert not two.call_tool("notes_add_note", {"title": "note of two"}).is_error
+        seen = two.call_tool("notes_scan_descriptors", {}).text
+        assert "note of two" in seen and "secret of one" not in seen
+        seen = one.call_tool("notes_scan_descriptors", {}).text
+        assert "secret of one" in seen and "note of two" not in seen
+        # A read of an instance that never wrote reads its snapshot's file, handed read-only.
+        with env.open("q@0") as fresh:
+            seen = fresh.call_tool("notes_scan_descriptors", {}).text
+            assert "first of q" in seen and "secret" not in seen and "note of" not in seen
+            scribbled = fresh.call_tool("notes_scribble_descriptors", {})
+            assert (scribbled.is_error, scribbled.structured) == (False, {"result": 0})
+            assert fresh.hash() == fresh.record.world_hash
+            assert env.worlds.cache.check(fresh.record.world_hash) is None
+
+
+@pytest.mark.parametrize("what", ["thread", "process", "timer"])
+def test_a_call_that_leaves_something_running_gets_its_worker_replaced(
+        env: Environment, what: str) -> None:
+    with env.open("p@0") as instance:
+        assert not instance.call_tool("notes_add_note", {"title": "kept"}).is_error
+        assert env._pool is not None
+        before = {w.pid for w in env._pool.workers()}
+        left = instance.call_tool("notes_leave_running", {"what": what})
+        assert (left.is_error, left.text) == (False, f"left {what}")
+        assert {w.pid for w in env._pool.workers()} == {None}
+        got = instance.call_tool("notes_get_note", {"note_id": 2})
+        assert (got.is_error, got.structured) == (False, {"id": 2, "title": "kept"})
+        assert {w.pid for w in env._pool.workers()}.isdisjoint(before | {None})
+
+
+def test_forget_drops_the_database_before_a_reset_replaces_it(tmp_path: Path) -> None:
+    # A full mount re-copies a changed database at the same path: a worker still holding
+    # the old descriptor would read the deleted file's rows.
+    worlds = _world(tmp_path / "store", CODE)
+    with Environment(worlds, apps={}, lazy=False) as environment, \
+            environment.open("p@0") as instance:
+        assert not instance.call_tool("notes_add_note", {"title": "gone"}).is_error
+        instance.reset()
+        assert instance.call_tool("notes_get_note", {"note_id": 2}).is_error
+        assert not instance.call_tool("notes_get_note", {"note_id": 1}).is_error
+        assert instance.hash() == instance.record.world_hash
+    worlds.close()
+
+
+def test_the_host_hands_over_only_regular_files_of_the_worker_instances(env: Environment
+                                                                        ) -> None:
+    with env.open("p@0") as instance:
+        assert not instance.call_tool("notes_get_note", {"note_id": 1}).is_error
+        assert env._pool is not None
+        worker = env._pool.workers()[0]
+        real = instance.mount.db_path("notes")
+        link = real.with_name("link.sqlite")
+        link.symlink_to(real)
+        outside = Path(env.worlds.cache.root) / "x.sqlite"
+        for db, why in [(outside, "not under the worker's instances directory"),
+                        (link, "Too many levels of symbolic links")]:
+            reply = worker.call("notes_get_note", {"note_id": 1}, db=db, millis=0, seed="s",
+                                now="2026-01-01T00:00:00Z", call_index=1)
+            assert not reply["ok"] and str(db) in reply["error"] and why in reply["error"]
+        assert not outside.exists()
+        link.unlink()
+
+
 def test_carried_code_has_no_network(env: Environment) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -167,14 +338,13 @@ def test_carried_code_cannot_write_outside_its_instances(env: Environment) -> No
             assert result.is_error, target
             assert "Read-only file system" in result.text or "No such file" in result.text
             assert not os.path.exists(target)
-        # The store is not there: only the (empty) path down to the instances directory,
-        # on the sandbox's private /tmp. A write there never reaches the host.
-        listing = instance.call_tool("notes_shell", {"command": f"ls -A {store} {store}/*"})
-        assert sorted(os.listdir(store)) != ["cache"]
-        assert "cache" in listing.text and not any(
-            name in listing.text for name in os.listdir(store) if name != "cache")
-        instance.call_tool("notes_write_file", {"path": str(store / "escaped")})
-        assert not (store / "escaped").exists()
+        # Nothing of the store is there, not even the instances directory: a write on that
+        # path lands (if anywhere) on the sandbox's private /tmp and never reaches the host.
+        listing = instance.call_tool("notes_shell", {"command": f"ls -A {store}"})
+        assert "No such file or directory" in listing.text
+        for escaped in [store / "escaped", instance.mount.path / "escaped"]:
+            instance.call_tool("notes_write_file", {"path": str(escaped)})
+            assert not escaped.exists()
 
 
 def test_carried_code_cannot_see_the_host(env: Environment) -> None:
@@ -199,6 +369,18 @@ def test_a_call_that_loops_forever_is_killed_and_the_worker_restarts(env: Enviro
         again = instance.call_tool("notes_get_note", {"note_id": 1})
         assert not again.is_error
         assert {w.pid for w in env._pool.workers()} != before
+
+
+def test_a_write_call_killed_midway_leaves_the_database_as_it_was(env: Environment) -> None:
+    # The worker's journal is in memory: pages SQLite spilled to the file before the commit
+    # could not be rolled back after the kill.
+    with env.open("p@0") as instance:
+        assert instance.call_tool("notes_fill", {"rows": 4000}).structured == {"result": 4000}
+        killed = instance.call_tool("notes_mark_all_then_spin", {})
+        assert killed.is_error and "longer than" in killed.text
+        assert replay_episode(env.worlds, instance.episode) == instance.hash()
+        got = instance.call_tool("notes_get_note", {"note_id": 4001})
+        assert (got.is_error, got.structured) == (False, {"id": 4001, "title": "0" * 996 + "4000"})
 
 
 def test_carried_code_that_does_not_load_is_refused(tmp_path: Path) -> None:

@@ -498,6 +498,15 @@ def _print_diff(d: WorldDiff, max_rows: int) -> None:
             out.print(f"    {line}", markup=False)
 
 
+def _register_grading() -> None:
+    from gates.cli import register
+
+    register(cli)
+
+
+_register_grading()
+
+
 def main() -> None:
     os.environ.setdefault("COLUMNS", "200")
     cli(prog_name="worldctl")

@@ -48,16 +48,22 @@ Databases are opened read-only and immutable: a verifier can never change a worl
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sqlite3
 import sys
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+
+# Every script pays for this module's imports at start-up, four or more times per rollout:
+# typing, dataclasses (which loads inspect) and difflib stay out of the import path.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn, TypeAlias
+
+    PathLike: TypeAlias = str | os.PathLike[str]
+    Params: TypeAlias = Sequence[Any] | Mapping[str, Any]
 
 __all__ = [
     "RESULT_PREFIX",
@@ -67,6 +73,7 @@ __all__ = [
     "check",
     "contains",
     "db",
+    "db_path",
     "done",
     "file_text",
     "files",
@@ -84,20 +91,22 @@ RESULT_PREFIX = "RESULT_JSON="
 ENV_W0, ENV_W, ENV_ANSWER = "AW_W0", "AW_W", "AW_ANSWER"
 SERVICES, WORKSPACE, DB_SUFFIX = "services", "workspace", ".sqlite"
 
-PathLike = str | os.PathLike[str]
-Params = Sequence[Any] | Mapping[str, Any]
-
 
 # --- the worlds --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class WorldPair:
     """The initial world, the final world and the agent's answer."""
 
-    w0: Path
-    w: Path
-    answer: str
+    __slots__ = ("answer", "w", "w0")
+
+    def __init__(self, w0: Path, w: Path, answer: str) -> None:
+        self.w0 = w0
+        self.w = w
+        self.answer = answer
+
+    def __repr__(self) -> str:
+        return f"WorldPair(w0={self.w0!r}, w={self.w!r}, answer={self.answer!r})"
 
 
 def worlds() -> WorldPair:
@@ -154,19 +163,27 @@ def value(world: PathLike, service: str, sql: str, params: Params = ()) -> Any:
     return None if row is None else row[0]
 
 
-@dataclass(frozen=True)
 class RowDiff:
     """How one table changed from W0 to W. ``changed`` holds (before, after) pairs.
     Every list is in key order, so two runs give identical diffs."""
 
-    key: tuple[str, ...]
-    added: list[dict[str, Any]] = field(default_factory=list)
-    removed: list[dict[str, Any]] = field(default_factory=list)
-    changed: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    __slots__ = ("added", "changed", "key", "removed")
+
+    def __init__(self, key: tuple[str, ...], added: list[dict[str, Any]] | None = None,
+                 removed: list[dict[str, Any]] | None = None,
+                 changed: list[tuple[dict[str, Any], dict[str, Any]]] | None = None) -> None:
+        self.key = key
+        self.added = added or []
+        self.removed = removed or []
+        self.changed = changed or []
 
     @property
     def unchanged(self) -> bool:
         return not (self.added or self.removed or self.changed)
+
+    def __repr__(self) -> str:
+        return (f"RowDiff(key={self.key!r}, added={self.added!r}, removed={self.removed!r}, "
+                f"changed={self.changed!r})")
 
 
 def _quote(name: str) -> str:
@@ -257,12 +274,16 @@ def files(world: PathLike) -> list[str]:
 
 def text_diff(a: str, b: str, *, context: int = 3) -> list[str]:
     """A unified diff of two texts, line by line (empty when they are equal)."""
+    import difflib
+
     return list(difflib.unified_diff(a.splitlines(), b.splitlines(), "before", "after",
                                      n=context, lineterm=""))
 
 
 def similar(a: str, b: str) -> float:
     """difflib's similarity ratio in [0, 1] (1.0: identical)."""
+    import difflib
+
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 

@@ -1,0 +1,10 @@
+"""The final answer gives the stock lines' value and that the sum meets the quote."""
+
+import awsdk
+from _money import has_amount
+
+ws = awsdk.worlds()
+awsdk.result(
+    answer_gives_stock_value=has_amount(ws.answer, "3879.00"),
+    answer_gives_equipment_total=has_amount(ws.answer, "123644.00"),
+)

@@ -1,0 +1,224 @@
+"""The LLM agent: a model works an instance through native tool calls.
+
+The model is offered the instance's MCP tools, a ``shell`` tool (a command in the
+workspace, in the sandbox) and an ``answer`` tool that ends the rollout. Each model call is
+one *step*; each tool call it makes becomes one ``TurnRecord`` (a step may make several,
+executed in order). The step's text, thinking included, is the reasoning of every turn
+it produced.
+
+History window (AWM): the model sees the system prompt, the task and only the ``window``
+most recent steps (3 in training, 10 at evaluation), each step with its tool results, so a
+step and its results are always kept or dropped together.
+
+Bad calls are data for the model, never exceptions: a call to a tool that was not offered,
+or arguments that are not a JSON object (or lack the string that ``shell`` and ``answer``
+need), is recorded as a turn with ``is_error`` and nothing reaches the instance; the model
+sees why and can recover. Such a turn is a ``ToolStep`` naming the tool as the model
+wrote it. Argument errors the instance itself finds (schema, refusals) come back from the
+instance as error results.
+
+Unrecoverable format failure (``Trajectory.format_error``, ``stopped="format_error"``):
+``MAX_INVALID_STEPS`` steps in a row in which no call could be executed (no call at all,
+unknown tools, unparsable arguments). Running out of steps is ``stopped="step_limit"``.
+A missing model (``NoModel``) or a failed model call (``LLMCallError``) propagates: the
+rollout did not happen, and the caller reports it as not run or retries it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs.instance import Instance, ToolInfo
+from gates.agents import take_step
+from gates.contract import AnswerStep, ShellStep, Step, ToolStep, Trajectory, TurnRecord
+from gates.llm import Completion, LLMClient, Message, ToolCall, assistant_message
+from gates.task import Task
+from worldstore.errors import ConfigError
+
+SHELL = "shell"
+ANSWER = "answer"
+MAX_INVALID_STEPS = 3
+OBSERVATION_LIMIT = 8000  # characters of one tool result the model is shown
+
+SYSTEM_PROMPT = """\
+You are an agent working on a user's personal computer. The user is logged in to every \
+service. You act only through the tools offered:
+- the services' tools (MCP) read and change the user's apps (chat, shop, calendar, notes...);
+- `shell` runs one bash command in the user's workspace folder (no network);
+- `answer` gives your final answer and ends the task; call it once, when you are done.
+Before each tool call, think step by step inside <thinking>...</thinking>. Do exactly what \
+the task asks, nothing more, and check your work before you answer."""
+
+NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; when the task "
+                 "is done, call `answer` with your final answer.")
+
+
+def _function(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": properties,
+                       "required": sorted(properties), "additionalProperties": False}}}
+
+
+SHELL_TOOL = _function(SHELL, "Run a bash command in the workspace folder (sandboxed, no "
+                              "network). Returns stdout, stderr and a non-zero exit code.",
+                       {"command": {"type": "string", "description": "The bash command."}})
+ANSWER_TOOL = _function(ANSWER, "Give the final answer and end the task.",
+                        {"text": {"type": "string", "description": "Your final answer."}})
+
+
+class LLMAgent:
+    """Implements ``gates.agents.Agent`` with a model behind an ``LLMClient``."""
+
+    def __init__(self, client: LLMClient, *, window: int = 10, max_steps: int = 20,
+                 name: str | None = None, system_prompt: str = SYSTEM_PROMPT,
+                 max_tokens: int = 2048) -> None:
+        if window < 1:
+            raise ConfigError(f"LLMAgent window must be at least 1, not {window}")
+        if max_steps < 1:
+            raise ConfigError(f"LLMAgent max_steps must be at least 1, not {max_steps}")
+        self.client = client
+        self.window = window
+        self.max_steps = max_steps
+        self.name = name or f"llm:{client.model or 'none'}"
+        self.system_prompt = system_prompt
+        self.max_tokens = max_tokens
+
+    def run(self, instance: Instance, task: Task, *, hinted: bool) -> Trajectory:
+        rollout = _Rollout(self, instance, task.instruction(hinted=hinted))
+        return rollout.run()
+
+
+@dataclass
+class _Rollout:
+    agent: LLMAgent
+    instance: Instance
+    instruction: str
+    trajectory: Trajectory = field(default_factory=lambda: Trajectory(turns=[]))
+    steps: list[list[Message]] = field(default_factory=list)  # each: assistant + results
+    invalid_in_a_row: int = 0
+    last_problem: str = ""
+
+    def run(self) -> Trajectory:
+        infos = self.instance.list_tools()
+        tools = [*(_mcp_tool(t) for t in infos), SHELL_TOOL, ANSWER_TOOL]
+        known = {t.name for t in infos} | {SHELL, ANSWER}
+        for _ in range(self.agent.max_steps):
+            completion = self.agent.client.complete(
+                self._context(), tools=tools, temperature=0.0,
+                max_tokens=self.agent.max_tokens)
+            if self._step(completion, known):
+                return self.trajectory
+            if self.invalid_in_a_row >= MAX_INVALID_STEPS:
+                self.trajectory.format_error = (
+                    f"{MAX_INVALID_STEPS} steps in a row without an executable tool call; "
+                    f"last: {self.last_problem}")
+                self.trajectory.stopped = "format_error"
+                return self.trajectory
+        self.trajectory.stopped = "step_limit"
+        return self.trajectory
+
+    def _context(self) -> list[Message]:
+        recent = self.steps[-self.agent.window:]
+        return [{"role": "system", "content": self.agent.system_prompt},
+                {"role": "user", "content": self.instruction},
+                *(m for step in recent for m in step)]
+
+    def _step(self, completion: Completion, known: set[str]) -> bool:
+        """Execute one model step; True when it answered (the rollout is over)."""
+        reasoning = _reasoning(completion)
+        messages: list[Message] = [assistant_message(completion)]
+        self.steps.append(messages)
+        if not completion.tool_calls:
+            messages.append({"role": "user", "content": NO_CALL_NUDGE})
+            self.invalid_in_a_row += 1
+            self.last_problem = "no tool call"
+            return False
+        executed = False
+        for call in completion.tool_calls:
+            turn, ran = self._act(call, known, reasoning)
+            self.trajectory.turns.append(turn)
+            executed = executed or ran
+            if isinstance(turn.step, AnswerStep):
+                self.trajectory.answer = turn.step.text
+                self.trajectory.stopped = "answer"
+                return True
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": _shown(turn)})
+        self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
+        return False
+
+    def _act(self, call: ToolCall, known: set[str], reasoning: str) -> tuple[TurnRecord, bool]:
+        """The turn for one call, and whether it was executable."""
+        index = len(self.trajectory.turns)
+        step_or_problem = _parse_call(call, known)
+        if isinstance(step_or_problem, str):
+            self.last_problem = step_or_problem
+            refused = TurnRecord(index=index, step=ToolStep(tool=call.name),
+                                 observation=f"Not executed: {step_or_problem}",
+                                 is_error=True, reasoning=reasoning)
+            return refused, False
+        return take_step(self.instance, index, step_or_problem, reasoning), True
+
+
+def _parse_call(call: ToolCall, known: set[str]) -> Step | str:
+    """The step a call asks for, or why it cannot be executed."""
+    if call.name not in known:
+        return (f"there is no tool {call.name!r}. Valid tools: "
+                f"{', '.join(sorted(known))}")
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        return f"the arguments of {call.name!r} are not valid JSON ({exc}): " \
+               f"{call.arguments[:200]!r}"
+    if not isinstance(arguments, dict):
+        return f"the arguments of {call.name!r} must be a JSON object, not {arguments!r:.200}"
+    if call.name == SHELL:
+        return _string_step(arguments, "command", lambda v: ShellStep(command=v), SHELL)
+    if call.name == ANSWER:
+        return _string_step(arguments, "text", lambda v: AnswerStep(text=v), ANSWER)
+    return ToolStep(tool=call.name, arguments=arguments)
+
+
+def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step],
+                 tool: str) -> Step | str:
+    value = arguments.get(key)
+    extra = sorted(set(arguments) - {key})
+    if not isinstance(value, str) or extra:
+        return (f"{tool!r} takes exactly one argument {key!r} (a string); got "
+                f"{json.dumps(arguments)[:200]}")
+    return make(value)
+
+
+def _mcp_tool(info: ToolInfo) -> dict[str, Any]:
+    return {"type": "function", "function": {
+        "name": info.name, "description": info.description,
+        "parameters": info.input_schema or {"type": "object", "properties": {}}}}
+
+
+def _reasoning(completion: Completion) -> str:
+    """The step's text as the model wrote it. litellm moves ``<thinking>`` (and
+    ``<think>``) blocks out of the text into its reasoning channel, as it does with a
+    provider's native reasoning; both go back inside tags, where AWM's format rule 1 (and
+    ``gates.rewards``) looks for them."""
+    thought = completion.reasoning.strip()
+    text = completion.text.strip()
+    if not thought:
+        return text
+    return f"<thinking>{thought}</thinking>" + (f"\n{text}" if text else "")
+
+
+def _shown(turn: TurnRecord) -> str:
+    """A tool result as the model sees it: flagged when an error, cut when long."""
+    text = turn.observation
+    if len(text) > OBSERVATION_LIMIT:
+        text = (text[:OBSERVATION_LIMIT]
+                + f"\n[... {len(turn.observation) - OBSERVATION_LIMIT} more characters cut]")
+    return f"[error] {text}" if turn.is_error else (text or "(no output)")
+
+
+__all__ = ["ANSWER", "ANSWER_TOOL", "MAX_INVALID_STEPS", "SHELL", "SHELL_TOOL",
+           "SYSTEM_PROMPT", "LLMAgent"]

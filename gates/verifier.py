@@ -1,0 +1,457 @@
+"""The verifier runtime: V(W0, W, a) from a folder of scripts, each run in the sandbox.
+
+``run_verifier(verifier_dir, w0, w, answer)`` runs every ``*.py`` file directly in
+`verifier_dir` (sorted by name; names starting with ``_`` are helpers, not scripts) as
+its own sandboxed process (``envs.sandbox``: no network, bounded time, CPU, memory,
+processes and output) with the project's own Python in isolated mode (``-I -S -B``:
+standard library only, no bytecode written) plus the SDK ``gates/sdk/awsdk.py``. A
+script reads the worlds and prints its checklist as a last ``RESULT_JSON=`` line; the
+runner collects them into a ``Verdict`` (gates.contract). What a script sees is listed in
+the SDK's docstring: ``/w0``, ``/w``, ``/answer.txt``, ``/verifier`` and ``/sdk``, all
+read-only (``/verifier`` writable on request, for the counterfactual probe), and a private
+scratch ``/workspace``.
+
+Two kinds of failure are kept apart (one error boundary per layer):
+
+* a bad script (no or malformed ``RESULT_JSON`` line, non-boolean checks, a crash, a
+  timeout, a limit, an output flood) is data: its ``ScriptResult.error`` says which script
+  and why, and the verdict is an error verdict, never a pass. The runner never raises for
+  a script;
+* an unusable sandbox, a world that is not a world directory, or a world the sandbox user
+  cannot read raises (``SandboxError``, ``WorldDirError``, ``TaskError``): that is the
+  caller's problem, not the task's.
+
+Scripts never run in this process, and the bootstrap writes a start marker to stderr
+before a script's first line, so a sandbox that failed to start is told apart from a
+script that failed however it likes.
+
+``run_awm_verify(code, initial_db, final_db)`` runs AWM-style verification code
+(``verify_task(initial_db_path, final_db_path) -> dict``) in the same sandbox: the dict's
+booleans become checks, its other values evidence. ``verifier_digests(verifier_dir)``
+fingerprints every file of a verifier folder for the counterfactual-probe gate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from envs.sandbox import OUTPUT_KILL_FACTOR, Bind, Limits, Sandbox, ShellResult, default_sandbox
+from gates.contract import Check, ScriptResult, Verdict
+from replay.layout import check_world_dir
+from worldstore.errors import SandboxError, TaskError
+
+__all__ = [
+    "RESULT_PREFIX",
+    "SDK_DIR",
+    "VERIFIER_LIMITS",
+    "AwmResult",
+    "run_awm_verify",
+    "run_verifier",
+    "script_names",
+    "verifier_digests",
+]
+
+SDK_DIR = Path(__file__).resolve().parent / "sdk"
+RESULT_PREFIX = "RESULT_JSON="
+PYTHON_AT, SDK_AT, VERIFIER_AT = "/opt/python", "/sdk", "/verifier"
+W0_AT, W_AT, ANSWER_AT = "/w0", "/w", "/answer.txt"
+AWM_AT = "/awm"
+AWM_SCRIPT = "verify_task"  # the script name of an AWM result's checks
+MAX_PARALLEL = 4
+TAIL_CHARS = 2000
+# Printed by the bootstrap before a script runs; a script cannot print anything before it.
+STARTED = "agentworlds-verifier: started"
+
+# A verifier reads two small worlds: seconds, not minutes. Processes stay at the sandbox's
+# default because RLIMIT_NPROC counts every process of the sandbox uid, concurrent
+# sandboxes included.
+VERIFIER_LIMITS = Limits(timeout_s=10.0, cpu_s=10, memory_mib=512, max_procs=64,
+                         max_output_bytes=64 * 1024, max_file_mib=16, tmp_mib=32)
+
+# Runs in the sandbox as `python -I -S -B -c BOOT /verifier/<script>`: -I drops the script's
+# folder and PYTHONPATH from sys.path, so the SDK and the verifier's helpers go in by hand.
+# The script runs in __main__'s own namespace, as `python script.py` would run it (runpy
+# would cost every script a few more imports).
+BOOT = (
+    "import sys\n"
+    f"sys.stderr.write({STARTED!r} + '\\n')\n"
+    "sys.stderr.flush()\n"
+    f"sys.path[:0] = [{SDK_AT!r}, {VERIFIER_AT!r}]\n"
+    "sys.argv = sys.argv[1:]\n"
+    "__file__ = sys.argv[0]\n"
+    "with open(__file__, 'rb') as _source:\n"
+    "    _code = compile(_source.read(), __file__, 'exec')\n"
+    "del _source\n"
+    "exec(_code)\n"
+)
+
+# The AWM driver: load the code as a module (its `if __name__ == "__main__"` stays idle),
+# call verify_task on the two databases, print the dict as checks and evidence.
+AWM_DRIVER = (
+    "import json, runpy, sys\n"
+    f"sys.stderr.write({STARTED!r} + '\\n')\n"
+    "sys.stderr.flush()\n"
+    f"sys.path[:0] = [{SDK_AT!r}]\n"
+    f"module = runpy.run_path('{AWM_AT}/verify.py', run_name='awm_verify')\n"
+    "verify = module.get('verify_task')\n"
+    "if not callable(verify):\n"
+    "    sys.exit('the code defines no function verify_task(initial_db_path, final_db_path)')\n"
+    f"out = verify('{AWM_AT}/initial.sqlite', '{AWM_AT}/final.sqlite')\n"
+    "if not isinstance(out, dict):\n"
+    "    sys.exit(f'verify_task returned {type(out).__name__}, not a dict')\n"
+    "checks = {str(k): v for k, v in out.items() if isinstance(v, bool)}\n"
+    "evidence = {str(k): v for k, v in out.items() if not isinstance(v, bool)}\n"
+    f"print({RESULT_PREFIX!r} + json.dumps({{'checks': checks, 'evidence': evidence}}, "
+    "default=repr))\n"
+)
+
+
+class AwmResult(msgspec.Struct, frozen=True):
+    """What one AWM ``verify_task`` call returned: its booleans as checks (in the dict's
+    order), everything else as evidence; ``error`` when it produced no usable dict."""
+
+    checks: list[Check]
+    evidence: dict[str, Any]
+    error: str | None
+    exit_code: int | None
+    seconds: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """Like ``Verdict.passed``: no error, at least one check, every check true."""
+        return self.error is None and bool(self.checks) and all(c.passed for c in self.checks)
+
+    def as_verdict(self) -> Verdict:
+        script = ScriptResult(AWM_SCRIPT, self.checks, self.error, self.exit_code,
+                              self.seconds, self.stdout_tail, self.stderr_tail)
+        return Verdict(checks=list(self.checks), scripts=[script],
+                       errors=[self.error] if self.error else [])
+
+
+# --- the public entry points ------------------------------------------------------------
+
+
+def script_names(verifier_dir: Path) -> list[str]:
+    """The scripts of a verifier folder, in the order they are reported."""
+    if not verifier_dir.is_dir():
+        raise TaskError("the verifier folder does not exist", file=str(verifier_dir))
+    return sorted(entry.name for entry in verifier_dir.iterdir()
+                  if entry.name.endswith(".py") and not entry.name.startswith("_")
+                  and entry.is_file())
+
+
+def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
+                 limits: Limits | None = None, sandbox: Sandbox | None = None,
+                 writable_verifier: bool = False, parallel: int = MAX_PARALLEL) -> Verdict:
+    """V(W0, W, a): run every script of `verifier_dir` in the sandbox and collect the
+    checklist. Up to `parallel` scripts run at once; the result is in name order.
+
+    `w0` and `w` are world directories (``services/``, ``workspace/``, ``apps/``), e.g. a
+    cached snapshot and an instance's mount after ``Instance.hash()``; `answer` None reaches
+    the scripts as "". `writable_verifier` binds the folder read-write (the counterfactual
+    probe then compares ``verifier_digests`` before and after); the sandbox uid can still
+    write only what the files' permissions let others write.
+    """
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, not {parallel}")
+    names = script_names(verifier_dir)
+    if not names:
+        return Verdict(checks=[], scripts=[], errors=[
+            f"{verifier_dir}: no verifier scripts (*.py files not starting with '_')"])
+    for world in (w0, w):
+        check_world_dir(world)
+    for path in (verifier_dir, w0, w, SDK_DIR):
+        _require_readable(path)
+    box = sandbox or default_sandbox()
+    lim = limits or VERIFIER_LIMITS
+    with tempfile.TemporaryDirectory(prefix="agentworlds-verifier-") as staging:
+        answer_file = Path(staging) / "answer.txt"
+        answer_file.write_text(answer or "", encoding="utf-8")
+        answer_file.chmod(0o444)  # the staging dir is private; the file itself is bound
+        binds = [*_python_binds(),
+                 Bind(w0, W0_AT), Bind(w, W_AT), Bind(answer_file, ANSWER_AT),
+                 Bind(verifier_dir, VERIFIER_AT, writable=writable_verifier)]
+        env = {**_python_env(), "AW_W0": W0_AT, "AW_W": W_AT, "AW_ANSWER": ANSWER_AT}
+
+        def one(name: str) -> ScriptResult:
+            command = _python_command(BOOT, f"{VERIFIER_AT}/{name}")
+            shell = _run_in_scratch(box, command, lim, env, binds)
+            return _script_result(name, shell, lim)
+
+        results = _in_parallel(one, names, parallel)
+    checks = [check for result in results for check in result.checks]
+    errors = [result.error for result in results if result.error is not None]
+    return Verdict(checks=checks, scripts=results, errors=errors)
+
+
+def run_awm_verify(code: str | Path, initial_db: Path, final_db: Path, *,
+                   limits: Limits | None = None, sandbox: Sandbox | None = None) -> AwmResult:
+    """Run AWM verification code (source text, or a file holding it) on two databases."""
+    source = code.read_text(encoding="utf-8") if isinstance(code, Path) else code
+    for db in (initial_db, final_db):
+        if not db.is_file():
+            raise SandboxError(f"{db}: no such database file")
+        _require_readable(db)
+    box = sandbox or default_sandbox()
+    lim = limits or VERIFIER_LIMITS
+    with tempfile.TemporaryDirectory(prefix="agentworlds-awm-") as staging:
+        script = Path(staging) / "verify.py"
+        script.write_text(source, encoding="utf-8")
+        script.chmod(0o444)
+        binds = [*_python_binds(), Bind(script, f"{AWM_AT}/verify.py"),
+                 Bind(initial_db, f"{AWM_AT}/initial.sqlite"),
+                 Bind(final_db, f"{AWM_AT}/final.sqlite")]
+        shell = _run_in_scratch(box, _python_command(AWM_DRIVER), lim, _python_env(), binds)
+    stderr = _strip_marker(AWM_SCRIPT, shell)
+    tails = _tail(shell.stdout), _tail(stderr)
+    error = _failure(shell, stderr, lim)
+    checks: list[Check] = []
+    evidence: dict[str, Any] = {}
+    if error is None:
+        try:
+            doc = _verdict_object(shell.stdout)
+            checks = _checks(AWM_SCRIPT, doc.get("checks"), allow_empty=True)
+            found = doc.get("evidence")
+            evidence = found if isinstance(found, dict) else {}
+        except _BadOutput as exc:
+            error = str(exc)
+    if error is not None:
+        error = f"AWM {AWM_SCRIPT}: {error}"
+        checks, evidence = [], {}
+    return AwmResult(checks, evidence, error, shell.exit_code, shell.seconds, *tails)
+
+
+def verifier_digests(verifier_dir: Path) -> dict[str, str]:
+    """SHA-256 of every file under `verifier_dir`, by sorted relative path. A symlink is
+    digested by its target text (never followed), so re-pointing one counts as an edit."""
+    if not verifier_dir.is_dir():
+        raise TaskError("the verifier folder does not exist", file=str(verifier_dir))
+    found: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(verifier_dir):
+        dirnames.sort()
+        here = Path(dirpath)
+        links = [d for d in dirnames if (here / d).is_symlink()]
+        for name in filenames + links:
+            path = here / name
+            found[path.relative_to(verifier_dir).as_posix()] = _file_digest(path)
+    return dict(sorted(found.items()))
+
+
+# --- running ------------------------------------------------------------------------------
+
+
+def _file_digest(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return hashlib.sha256(b"symlink:" + os.fsencode(os.readlink(path))).hexdigest()
+    if not stat.S_ISREG(mode):  # a fifo or socket: never open it, only note its kind
+        return hashlib.sha256(f"special:{stat.S_IFMT(mode):o}".encode()).hexdigest()
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _python_binds() -> list[Bind]:
+    return [Bind(Path(os.path.realpath(sys.base_prefix)), PYTHON_AT), Bind(SDK_DIR, SDK_AT)]
+
+
+def _python_env() -> dict[str, str]:
+    # -I ignores PYTHONPATH; it is set for scripts that start a non-isolated Python. The
+    # interpreter's RUNPATH names its host prefix, absent in the sandbox: hence the loader path.
+    return {"LD_LIBRARY_PATH": f"{PYTHON_AT}/lib", "PYTHONPATH": SDK_AT,
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _python_command(code: str, *args: str) -> str:
+    python = f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    return " ".join(shlex.quote(part) for part in ["exec", python, "-I", "-S", "-B", "-c",
+                                                    code, *args])
+
+
+def _run_in_scratch(box: Sandbox, command: str, limits: Limits, env: dict[str, str],
+                    binds: Sequence[Bind]) -> ShellResult:
+    """One sandbox run with a fresh private scratch workspace, removed afterwards."""
+    scratch = tempfile.mkdtemp(prefix="agentworlds-verify-")
+    try:
+        return box.run(command, Path(scratch), limits, env, binds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _in_parallel(fn: Callable[[str], ScriptResult], names: list[str],
+                 parallel: int) -> list[ScriptResult]:
+    if len(names) == 1 or parallel == 1:
+        return [fn(name) for name in names]
+    with ThreadPoolExecutor(max_workers=min(parallel, len(names)),
+                            thread_name_prefix="verifier") as pool:
+        return list(pool.map(fn, names))  # map keeps the input order
+
+
+def _require_readable(top: Path) -> None:
+    """As root, scripts run as an unprivileged uid that reads only what others may read;
+    a world closed to it would make every script fail, so refuse it up front."""
+    if os.geteuid() != 0:
+        return
+    if not top.exists():
+        raise SandboxError(f"{top}: does not exist")
+    for path in [top, *_tree(top)]:
+        mode = os.lstat(path).st_mode
+        need = stat.S_IROTH | stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
+        if not stat.S_ISLNK(mode) and mode & need != need:
+            raise SandboxError(
+                f"{path}: mode {stat.S_IMODE(mode):o} is closed to the sandbox user, which "
+                "reads only what others may read (make it o+r, directories o+rx)")
+
+
+def _tree(top: Path) -> list[Path]:
+    if not top.is_dir():
+        return []
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        found += [Path(dirpath, name) for name in sorted(dirnames + filenames)]
+    return found
+
+
+# --- judging one run ----------------------------------------------------------------------
+
+
+class _BadOutput(Exception):
+    """A script's stdout holds no usable verdict."""
+
+
+def _script_result(name: str, shell: ShellResult, limits: Limits) -> ScriptResult:
+    stderr = _strip_marker(name, shell)
+    error = _failure(shell, stderr, limits)
+    checks: list[Check] = []
+    if error is None:
+        try:
+            checks = _checks(name, _verdict_object(shell.stdout).get("checks"))
+        except _BadOutput as exc:
+            error = str(exc)
+    return ScriptResult(
+        script=name, checks=checks,
+        error=None if error is None else f"verifier script {name}: {error}",
+        exit_code=shell.exit_code, seconds=shell.seconds,
+        stdout_tail=_tail(shell.stdout), stderr_tail=_tail(stderr))
+
+
+def _strip_marker(name: str, shell: ShellResult) -> str:
+    """stderr without the bootstrap's marker. No marker and no timeout: the sandbox or
+    Python failed before the script's first line, which no script can cause."""
+    # The first occurrence is the bootstrap's own: a script runs only after it. Whatever
+    # precedes it came from the sandbox's set-up and is kept.
+    at = shell.stderr.find(STARTED + "\n")
+    if at >= 0:
+        return shell.stderr[:at] + shell.stderr[at + len(STARTED) + 1:]
+    if not shell.timed_out:
+        raise SandboxError(f"the sandbox failed before {name} started (exit "
+                           f"{shell.exit_code}): {shell.stderr.strip()[-TAIL_CHARS:]}")
+    return shell.stderr
+
+
+def _failure(shell: ShellResult, stderr: str, limits: Limits) -> str | None:
+    """Why a finished run cannot give a verdict, judged from how it ended."""
+    if shell.timed_out:
+        return f"timed out after {limits.timeout_s:g} s (limit timeout_s); killed"
+    if shell.killed_reason == "output limit":
+        return (f"flooded its output (over {OUTPUT_KILL_FACTOR * limits.max_output_bytes} "
+                "bytes on one stream); killed")
+    if shell.exit_code != 0:
+        why = f"exited with status {shell.exit_code}"
+        if shell.killed_reason is not None:
+            why += f" (stopped by the {shell.killed_reason} limit)"
+        last = _last_line(stderr)
+        return f"{why}: {last}" if last else why
+    if shell.stdout.endswith(f"[... output truncated at {limits.max_output_bytes} bytes ...]"):
+        return (f"printed over {limits.max_output_bytes} bytes on stdout, so its last "
+                "RESULT_JSON line cannot be known")
+    return None
+
+
+def _verdict_object(stdout: str) -> dict[str, Any]:
+    """The JSON object of the last ``RESULT_JSON=`` line of stdout."""
+    for line in reversed(stdout.split("\n")):
+        if line.startswith(RESULT_PREFIX):
+            text = line[len(RESULT_PREFIX):].rstrip("\r")
+            break
+    else:
+        raise _BadOutput(f"printed no {RESULT_PREFIX} line on stdout")
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates)
+    except ValueError as exc:
+        raise _BadOutput(f"its {RESULT_PREFIX} line is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or "checks" not in doc:
+        raise _BadOutput(f'its {RESULT_PREFIX} value must be an object with "checks", '
+                         f"not {_preview(doc)}")
+    return doc
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, val in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice")
+        seen[key] = val
+    return seen
+
+
+def _checks(script: str, raw: Any, *, allow_empty: bool = False) -> list[Check]:
+    """The checks of a ``"checks"`` value: {name: bool} or [{"name", "passed"}]."""
+    if isinstance(raw, dict):
+        pairs = list(raw.items())
+    elif isinstance(raw, list):
+        pairs = [_list_entry(i, entry) for i, entry in enumerate(raw)]
+    else:
+        raise _BadOutput(f'"checks" must be an object or a list, not {_preview(raw)}')
+    if not pairs and not allow_empty:
+        raise _BadOutput('"checks" is empty: a verifier script must check something')
+    checks: list[Check] = []
+    seen: set[str] = set()
+    for name, passed in pairs:
+        if not name:
+            raise _BadOutput('a check has an empty name')
+        if name in seen:
+            raise _BadOutput(f"check {name!r} appears twice")
+        if not isinstance(passed, bool):
+            raise _BadOutput(f"check {name!r} is {_preview(passed)}, not true or false")
+        seen.add(name)
+        checks.append(Check(script=script, name=name, passed=passed))
+    return checks
+
+
+def _list_entry(index: int, entry: Any) -> tuple[str, Any]:
+    if not isinstance(entry, dict) or set(entry) != {"name", "passed"} \
+            or not isinstance(entry["name"], str):
+        raise _BadOutput(f'"checks"[{index}] must be {{"name": string, "passed": bool}}, '
+                         f"not {_preview(entry)}")
+    return entry["name"], entry["passed"]
+
+
+def _preview(value: Any) -> str:
+    text = json.dumps(value, default=repr)
+    short = text if len(text) <= 80 else text[:77] + "..."
+    return f"{short} ({type(value).__name__})"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:500] if lines else ""
+
+
+def _tail(text: str) -> str:
+    return text[-TAIL_CHARS:]
