@@ -27,14 +27,14 @@ four services, ~270 kB), with the shipped apps:
 2. **Instance open + reset** (``Environment.open("lars@7")``, two write calls, ``reset()``;
    the calls are not counted, except that a lazy instance — the default, which copies a
    service database on its first write — is charged what its first write costs beyond an
-   eager instance's first write; the eager instance is measured too) against a plain copy (a fresh directory plus
-   ``shutil.copyfile`` of every snapshot file; deleted right after, untimed, as an
-   instance is closed), and against the peer baseline "one fresh server process per
-   instance" as AWM does it: copy the database, start ``bench/awm_server.py`` (FastMCP over
-   streamable HTTP under uvicorn) on the copy, wait until ``list_tools`` answers from a
-   fastmcp client. Targets: open + reset <= 1.5x the copy, and >= 1000x faster than the
-   process-per-instance start. The RSS of one such server process is read from
-   ``/proc/<pid>/status``.
+   eager instance's first write; the eager instance is measured too) against a plain copy (a
+   fresh directory plus ``shutil.copyfile`` of every snapshot file; deleted right after,
+   untimed, as an instance is closed), and against the peer baseline "one fresh server
+   process per instance" as AWM does it: copy the database, start ``bench/awm_server.py``
+   (FastMCP over streamable HTTP under uvicorn) on the copy, wait until ``list_tools``
+   answers from a fastmcp client. Targets: open + reset <= 1.5x the copy, and >= 1000x
+   faster than the process-per-instance start. The RSS of one such server process is read
+   from ``/proc/<pid>/status``.
 
 3. **Many instances** (child process, so its memory is its own): 1,024 instances of
    ``lars@7`` each making 20 calls (12 reads, 8 writes over all four services) through the

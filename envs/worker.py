@@ -300,8 +300,7 @@ def left_running() -> str | None:
     threads = len(os.listdir("/proc/self/task")) - 1
     if threads:
         return f"{threads} thread(s)"
-    ours = {os.getpid(), os.getppid()}
-    others = sorted(pid for pid in _live_pids() if pid not in ours)
+    others = _other_live_pids({os.getpid(), os.getppid()})
     if others:
         return f"process(es) {', '.join(map(str, others))}"
     for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
@@ -320,12 +319,12 @@ def _reap_children() -> None:
             return
 
 
-def _live_pids() -> list[int]:
-    """Processes of the namespace that are not zombies (an exited grandchild waits for
-    init to reap it and can run nothing more)."""
+def _other_live_pids(ours: set[int]) -> list[int]:
+    """Processes of the namespace but `ours` that are not zombies (an exited grandchild
+    waits for init to reap it and can run nothing more)."""
     pids = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) in ours:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
@@ -334,7 +333,7 @@ def _live_pids() -> list[int]:
             continue  # gone meanwhile
         if state not in (b"Z", b"X"):
             pids.append(int(entry))
-    return pids
+    return sorted(pids)
 
 
 def _describe(exc: BaseException) -> str:

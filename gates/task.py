@@ -27,6 +27,7 @@ VERIFIER_DIR = "verifier"
 RUBRIC_FILE = "rubric.md"
 HINT_FILE = "hint.md"
 SOLUTION_FILE = "solution.json"
+DEMO_TASKS = Path(__file__).resolve().parent / "data" / "tasks"  # shipped with the package
 
 T = TypeVar("T")
 

@@ -87,7 +87,7 @@ from replay.hashing import Manifest, decode_manifest
 from replay.layout import WORKSPACE, list_services, service_db, workspace_path
 from replay.materialize import BuiltDay, build_days
 from replay.sqlite import open_readonly, quote_ident
-from replay.verify import _first_difference
+from replay.verify import first_difference
 from worldstore.errors import ApplyError, PathError, WorldError
 from worldstore.events import (
     FileDeletePayload,
@@ -744,7 +744,7 @@ def _previous_world(context: _DayContext) -> Path | None:
 
 
 def _difference(context: _DayContext, a: Manifest, b: Manifest) -> str:
-    service, table, file = _first_difference(a, b)
+    service, table, file = first_difference(a, b)
     if file:
         thing = f"file {file!r}"
     elif table:
@@ -944,10 +944,10 @@ def _mention_problem(world: _World, place: Place, mentions: str) -> str | None:
         return problem
     before = Counter(_row_key(r) for r in _select(world.before_root, ref).rows)
     fresh = [r for r in _select(world.root, ref).rows if not before[_row_key(r)]]
+    if place.column is not None and place.column not in fresh[0]:
+        return f"{_describe(ref)} has no column {place.column!r}"
     for row in fresh:
-        values = [row.get(place.column)] if place.column else list(row.values())
-        if place.column and place.column not in row:
-            return f"{_describe(ref)} has no column {place.column!r}"
+        values = [row[place.column]] if place.column is not None else list(row.values())
         if any(isinstance(v, str) and mentions in v for v in values):
             return None
     column = f"column {place.column!r}" if place.column else "any text column"

@@ -89,7 +89,7 @@ def _cache_difference(worlds: Worlds, rec: DayRecord) -> tuple[str | None, str |
     world = worlds.cache.get(rec.world_hash)
     try:
         assert world is not None
-        service, table, file = _first_difference(decode_manifest(rec.manifest),
+        service, table, file = first_difference(decode_manifest(rec.manifest),
                                                  world_manifest(world))
     except Exception:  # an entry too damaged to hash: the message says so
         return None, None
@@ -200,7 +200,7 @@ def _divergence(persona: str, rec: DayRecord, got: Manifest, got_hash: str,
     from replay.engine import Problem, touched_by
 
     recorded = decode_manifest(rec.manifest)
-    service, table, file = _first_difference(recorded, got)
+    service, table, file = first_difference(recorded, got)
     day_events = events[rec.first_seq: rec.last_seq + 1]
     index = next((i for i, e in enumerate(day_events)
                   if touched_by(e.payload, table, file, service)), None)
@@ -214,7 +214,7 @@ def _divergence(persona: str, rec: DayRecord, got: Manifest, got_hash: str,
                    table=f"{service}.{table}" if table else None, file=file)
 
 
-def _first_difference(a: Manifest, b: Manifest) -> tuple[str | None, str | None, str | None]:
+def first_difference(a: Manifest, b: Manifest) -> tuple[str | None, str | None, str | None]:
     for service in sorted(set(a.services) | set(b.services)):
         sa, sb = a.services.get(service), b.services.get(service)
         if sa == sb:

@@ -125,6 +125,9 @@ def test_a_days_declarations_do_not_hold_for_the_next_day(demo: Worlds) -> None:
     ({"cross_refs": [{"from": {"file": "jobs/nordlys/bom.md"}, "mentions": "AVL-2026-10533",
                       "to": {"file": "jobs/nordlys/invoice.md"}}]}, "cross_refs[0]",
      ["to:", "invoice.md"]),
+    ({"cross_refs": [{"from": {"service": "chat", "table": "messages", "where": {"id": 51},
+                               "column": "text"}, "mentions": "AVL"}]}, "cross_refs[0]",
+     ["from:", "no column 'text'"]),
     ({"cross_refs": [{"from": {"file": "x.md", "service": "chat", "table": "messages"},
                       "mentions": "x"}]}, "cross_refs[0]", ["from:", "either 'file'"]),
 ])

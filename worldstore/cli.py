@@ -329,7 +329,8 @@ def episode_verify(ctx: click.Context, episode_ids: tuple[str, ...], all_: bool)
 @click.pass_context
 @_fail_cleanly
 def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
-    """The main job on the bundled demo world: import, replay, verify, checkout, diff."""
+    """The main job on the bundled demo world: import, replay, verify, checkout, diff; an
+    instance and a recorded episode; one task through the quality gates."""
     worlds = _worlds(ctx, create=True)
     source = resources.files("worldstore") / "data" / "demo" / "lars.jsonl"
     with resources.as_file(source) as demo_file:
@@ -352,8 +353,29 @@ def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
     _step(f"worldctl diff lars@{day - 1} lars@{day}")
     _print_diff(worlds.diff(f"lars@{day - 1}", f"lars@{day}"), 8)
     episode_ok = _demo_episode(ctx, worlds)
-    if not report.ok or any(r.status != "replayed" for r in results) or not episode_ok:
+    task_ok = _demo_task(worlds) if episode_ok else False
+    if not report.ok or any(r.status != "replayed" for r in results) or not episode_ok \
+            or not task_ok:
         sys.exit(1)
+
+
+def _demo_task(worlds: Worlds) -> bool:
+    """The grading half of the demo: one shipped task through the five gates."""
+    from envs.instance import Environment
+    from gates.gates import GateRun, check_task, render_report
+    from gates.judging import judges_from_env
+    from gates.rollout import scripted_rollouts
+    from gates.task import load_task
+
+    source = resources.files("gates") / "data" / "tasks" / "mats-work-order"
+    with resources.as_file(source) as folder, Environment(worlds) as env:
+        _step(f"worldctl task check {folder}   (six scripted rollouts; the judges' gates "
+              "need a model: WORLDCTL_LLM_MODEL)")
+        task = load_task(folder)
+        report = check_task(GateRun(env=env, rollouts=lambda t: scripted_rollouts(env, t),
+                                    judges=judges_from_env(worlds)), task)
+    out.print(render_report(report), markup=False)
+    return report.accepted
 
 
 def _demo_episode(ctx: click.Context, worlds: Worlds) -> bool:
