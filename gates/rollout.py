@@ -3,6 +3,8 @@ verdict on (W0, W, answer), and the episode saved to the world store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from envs.episode import Episode, ShellCall, ToolCall
@@ -85,3 +87,15 @@ def agent_rollouts(env: Environment, task: Task, agent: Agent, *, n: int, hinted
     if not 0 <= hinted <= n:
         raise ValueError(f"--hinted {hinted} must be between 0 and -n {n}")
     return [run_rollout(env, task, agent, hinted=i >= n - hinted, index=i) for i in range(n)]
+
+
+def verifier_reward(env: Environment, task: Task) -> Callable[[Instance, str], float]:
+    """A reward function for ``envs.gym.WorldEnv``: WildAWM's reward of the task's verifier
+    on the instance's final world and the answer (a verifier error raises RewardError)."""
+    from gates.rewards import wildawm_reward
+
+    def reward(instance: Instance, answer: str) -> float:
+        verdict = grade(env, task, instance, answer)
+        return wildawm_reward(False, verdict)
+
+    return reward

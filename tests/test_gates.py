@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envs.instance import Environment
-from gates.contract import GateReport
+from gates.contract import GateReport, GateResult
 from gates.gates import DifficultyConfig, GateRun, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
@@ -219,3 +219,73 @@ def test_bad_difficulty_intervals_are_refused_at_start_up(
 def test_default_difficulty_labels() -> None:
     config = DifficultyConfig()
     assert [config.label(k) for k in range(4)] == ["hard", "hard", "medium", None]
+
+
+class FixVerifier:
+    """A reviser that swaps in the base task's own verifier (as the synthesis generator
+    would rewrite it) in round `fix_in_round`, and changes nothing in other rounds."""
+
+    def __init__(self, tmp_path: Path, *, fix_in_round: int | None) -> None:
+        self.tmp_path = tmp_path
+        self.fix_in_round = fix_in_round
+        self.seen: list[tuple[int, str, str]] = []
+
+    def revise(self, task: Task, failure: GateResult, round_no: int) -> Task | None:
+        self.seen.append((round_no, failure.gate, failure.reason))
+        dest = self.tmp_path / f"revised-{round_no}"
+        shutil.copytree(task.path, dest)
+        if round_no == self.fix_in_round:
+            shutil.rmtree(dest / "verifier")
+            shutil.copytree(TASKS / BASE / "verifier", dest / "verifier",
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        return load_task(dest)
+
+
+def test_a_reviser_gets_the_failure_and_its_revision_must_pass_every_gate(
+        env: Environment, tmp_path: Path) -> None:
+    task = planted(tmp_path, "satisfied", {"check.py": SATISFIED_AT_W0})
+    reviser = FixVerifier(tmp_path, fix_in_round=2)
+    report = check_task(GateRun(env=env, rollouts=lambda t: scripted_rollouts(env, t),
+                                reviser=reviser), task)
+    assert report.accepted
+    assert len(report.rounds) == 3
+    assert reviser.seen == [(1, "initially_unsatisfied", "satisfied_at_W0"),
+                            (2, "initially_unsatisfied", "satisfied_at_W0")]
+    final = {r.gate: r.status for r in report.rounds[-1]}
+    assert final["initially_unsatisfied"] == final["solvability"] == "passed"
+
+
+def test_at_most_two_revision_rounds(env: Environment, tmp_path: Path) -> None:
+    task = planted(tmp_path, "satisfied", {"check.py": SATISFIED_AT_W0})
+    reviser = FixVerifier(tmp_path, fix_in_round=None)
+    report = check_task(GateRun(env=env, rollouts=lambda t: scripted_rollouts(env, t),
+                                reviser=reviser), task)
+    assert not report.accepted
+    assert len(report.rounds) == 3 and len(reviser.seen) == 2
+
+
+def test_the_gym_wrapper_rewards_with_the_tasks_verifier(env: Environment) -> None:
+    from envs.gym import WorldEnv
+    from gates.contract import AnswerStep, ShellStep, ToolStep
+    from gates.rollout import verifier_reward
+
+    task = load_task(TASKS / BASE)
+    gym = WorldEnv(env, task.spec.world, max_steps=50, reward_fn=verifier_reward(env, task))
+    rewards = []
+    for steps in (task.solution.steps, [s for s in task.solution.steps
+                                        if not isinstance(s, ShellStep)]):
+        gym.reset()
+        for step in steps:
+            if isinstance(step, ToolStep):
+                _obs, reward, done, _trunc, _info = gym.step(
+                    {"tool": step.tool, "arguments": dict(step.arguments)})
+            elif isinstance(step, ShellStep):
+                _obs, reward, done, _trunc, _info = gym.step({"shell": step.command})
+            else:
+                assert isinstance(step, AnswerStep)
+                _obs, reward, done, _trunc, _info = gym.step({"answer": step.text})
+        assert done
+        rewards.append(reward)
+    gym.close()
+    assert rewards[0] == 1.0  # all checks: min(1, 1 + 0.1)
+    assert 0.0 < rewards[1] < 0.1  # the shortcut: V = 0, partial credit only
