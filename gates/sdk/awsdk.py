@@ -1,9 +1,10 @@
 """awsdk: the standard-library-only toolkit for verifier scripts.
 
 A task's verifier is a folder of scripts. ``gates.verifier.run_verifier`` runs each
-``*.py`` file of it (files starting with ``_`` are helpers) in its own sandbox, with the
-project's Python in isolated mode (``-I -S``: the standard library and this module only),
-no network, and bounded time, memory and output. What a script sees:
+``*.py`` file of it (files starting with ``_`` are helpers) as ``__main__`` of its own
+process, all of them in one sandbox, with the project's Python in isolated mode (``-I -S``:
+the standard library and this module only), no network, and bounded time, memory and
+output per script. What a script sees:
 
 =================  =================================================================
 ``/w0``            the initial world W0, read-only (``services/<service>.sqlite``,
@@ -12,7 +13,8 @@ no network, and bounded time, memory and output. What a script sees:
 ``/answer.txt``    the agent's final answer ("" when it gave none), read-only
 ``/verifier``      the verifier folder itself, read-only (its helpers are importable)
 ``/sdk``           this module (``import awsdk``)
-``/workspace``     a private scratch directory, the working directory
+``/workspace``     a scratch directory, the working directory (shared by the scripts
+                   of one run, like ``/tmp``)
 ``AW_W0``, ``AW_W``, ``AW_ANSWER``  environment variables naming the three paths above
 =================  =================================================================
 
@@ -44,12 +46,18 @@ The same checks, accumulated one by one::
     awsdk.done()
 
 Databases are opened read-only and immutable: a verifier can never change a world.
+Amounts in free text are checked with ``has_amount(text, "59829.00")``, which accepts
+"59,829.00", "59 829,00", "59.829,00" and, for whole kroner, "59829".
+
+The end of this module is the runner's driver (``_drive``), not part of the toolkit: it is
+the sandbox's one Python process, which forks a process per script.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import sys
 import urllib.parse
@@ -77,6 +85,7 @@ __all__ = [
     "done",
     "file_text",
     "files",
+    "has_amount",
     "result",
     "result_list",
     "row_diff",
@@ -296,6 +305,28 @@ def contains(text: str | None, needle: str, casefold: bool = True) -> bool:
     return needle in text
 
 
+# A thousands separator: one space, comma, dot or thin/no-break space before a group of
+# exactly three digits ("59,829.00", "59 829,00", "59.829,00").
+_GROUPING = re.compile(r"(?<=\d)[ ,.\u00a0\u202f](?=\d{3}(?!\d))")
+
+
+def has_amount(text: str | None, amount: str) -> bool:
+    """Whether `amount` (kroner, a dot, two digits of øre: "59829.00") is written in
+    `text`, however the writer grouped the thousands: "59,829.00", "59 829,00",
+    "59.829,00", "NOK 59829.00" and, for whole kroner, "59829" (or "59829." ending a
+    sentence). A longer number ("159,829.00") or other øre ("59,829.50"; "2,812.5" for
+    "2812.50") does not count. False when `text` is None or empty."""
+    if not re.fullmatch(r"\d+\.\d\d", amount):
+        raise ValueError(f"amount {amount!r} must be digits, a dot and two digits, "
+                         "e.g. '59829.00'")
+    if not text:
+        return False
+    flat = _GROUPING.sub("", text)
+    kroner, ore = amount.split(".")
+    decimals = r"(?:[.,]00)?" if ore == "00" else rf"[.,]{ore}"
+    return re.search(rf"(?<![\d.,]){kroner}{decimals}(?![.,]?\d)", flat) is not None
+
+
 # --- the verdict -------------------------------------------------------------------------
 
 
@@ -354,3 +385,406 @@ def check(name: str, passed: bool) -> bool:
 def done() -> NoReturn:
     """Report the checks recorded with ``check()`` and exit 0."""
     _default.done()
+
+
+# --- the runner's driver (gates.verifier starts it; scripts never call it) ---------------
+#
+# One verifier run is one sandbox and one Python start: this driver imports what scripts
+# commonly use once, then forks a child per script (up to `parallel` at a time), which
+# runs the script as __main__ with its stdout and stderr on pipes of its own. The driver
+# enforces each script's time and output limits, kills what a script leaves behind, and
+# writes one JSON record per finished script on its own stdout, the runner's only channel.
+#
+# Why a script cannot write a record for another script, although every process here has
+# the same uid: a child keeps none of the driver's descriptors (they are closed before the
+# script's first line); the driver is not dumpable (PR_SET_DUMPABLE 0, inherited by the
+# children), so the kernel refuses a same-uid process without CAP_SYS_PTRACE its
+# /proc/<pid>/fd, /proc/<pid>/mem and ptrace, and the children hold no capabilities; the
+# sandbox's pid 1 (bwrap) holds the runner's pipe too but sits in the parent user
+# namespace, where its /proc/1/fd is refused the same way. What a script can do to the
+# driver is kill or stop it, since signals between processes of one uid are allowed; then
+# the scripts it had not reported get an error, never a pass.
+
+_PRELOAD = ("csv", "datetime", "difflib", "typing")
+_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
+_RETRY_S = 0.01  # how soon a fork that found no process to spare is tried again
+
+
+def _drive(config: Mapping[str, Any]) -> None:
+    """Run the scripts named in `config` (see ``gates.verifier.driver_argv``); write one
+    record per script on stdout, in the order they finish."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for option in (_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER):
+        value = 0 if option == _PR_SET_DUMPABLE else 1
+        if libc.prctl(option, value, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+    for name in _PRELOAD:
+        try:
+            __import__(name)
+        except Exception:  # noqa: S110 (a script importing it meets the same error itself)
+            pass
+    os.write(2, (str(config["marker"]) + "\n").encode())
+    _Driver(config).run()
+
+
+class _Child:
+    """One script's process as the driver sees it."""
+
+    __slots__ = ("cpu_s", "deadline", "exited", "flooded", "kept", "name", "pid", "pipes",
+                 "seen", "started", "status", "timed_out")
+
+    def __init__(self, name: str, pid: int, pipes: dict[int, int], started: float,
+                 timeout_s: float) -> None:
+        self.name = name
+        self.pid = pid
+        self.pipes = pipes  # read end -> 0 (stdout) or 1 (stderr), until its EOF
+        self.started = started
+        self.deadline = started + timeout_s
+        self.kept = (bytearray(), bytearray())
+        self.seen = [0, 0]
+        self.exited = False
+        self.status: int | None = None  # shell-style: 128 + N when killed by signal N
+        self.cpu_s = 0.0
+        self.timed_out = False
+        self.flooded = False
+
+    @property
+    def done(self) -> bool:
+        return self.exited and not self.pipes
+
+
+class _Driver:
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.folder = str(config["verifier"])
+        self.pending = [str(name) for name in config["scripts"]]
+        self.timeout_s = float(config["timeout_s"])
+        self.cap = int(config["cap"])
+        self.kill_at = int(config["kill_at"])
+        self.parallel = int(config["parallel"])
+        self.me = os.getpid()
+        self.running: dict[int, _Child] = {}
+        self.by_fd: dict[int, _Child] = {}
+        self.pidfds: dict[int, int] = {}  # pidfd -> pid
+        self.blocked_since: float | None = None
+        self.retry_at: float | None = None
+        import select
+
+        self.poller = select.poll()
+
+    def run(self) -> None:
+        while self.pending or self.running:
+            self._start_what_fits()
+            self._wait()
+            self._reap()
+            self._enforce_deadlines()
+            for child in [c for c in self.running.values() if c.done]:
+                del self.running[child.pid]
+                self._emit(self._record(child))
+
+    # starting
+
+    def _start_what_fits(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if self.retry_at is not None and now < self.retry_at:
+            return
+        self.retry_at = None
+        while self.pending and len(self.running) < self.parallel:
+            name = self.pending[0]
+            try:
+                child = self._spawn(name)
+            except OSError as exc:  # no process or descriptor to spare right now
+                self._kill_strays()
+                self._reap()
+                if not self.running:
+                    # Nothing of this run holds them any more: a stray, or a sandbox of
+                    # the same uid elsewhere. Wait for them, but only so long.
+                    self.blocked_since = self.blocked_since or now
+                    if now - self.blocked_since >= self.timeout_s:
+                        self.pending.pop(0)
+                        self.blocked_since = None
+                        self._emit({"script": name, "start_error": f"{exc} (retried for "
+                                    f"{self.timeout_s:g} s)"})
+                        continue
+                self.retry_at = now + _RETRY_S
+                return
+            self.blocked_since = None
+            self.pending.pop(0)
+            self.running[child.pid] = child
+
+    def _spawn(self, name: str) -> _Child:
+        import time
+
+        out_r, out_w = os.pipe()
+        try:
+            err_r, err_w = os.pipe()
+        except OSError:
+            os.close(out_r)
+            os.close(out_w)
+            raise
+        try:
+            pid = os.fork()
+        except OSError:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise
+        if pid == 0:
+            _run_child(f"{self.folder}/{name}", out_w, err_w)
+        started = time.monotonic()
+        os.close(out_w)
+        os.close(err_w)
+        try:  # the child does it too: whichever runs first, the group exists before a kill
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        child = _Child(name, pid, {out_r: 0, err_r: 1}, started, self.timeout_s)
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+            self.poller.register(fd, 0x001 | 0x010)  # POLLIN | POLLHUP
+            self.by_fd[fd] = child
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pass  # no pidfd: the wait below polls instead
+        else:
+            self.poller.register(pidfd, 0x001)
+            self.pidfds[pidfd] = pid
+        return child
+
+    # waiting
+
+    def _wait(self) -> None:
+        import time
+
+        now = time.monotonic()
+        wake = [c.deadline for c in self.running.values()]
+        if self.retry_at is not None:
+            wake.append(self.retry_at)
+        if len(self.pidfds) < sum(not c.exited for c in self.running.values()):
+            wake.append(now + 0.02)
+        timeout_ms = max(0, int((min(wake) - now) * 1000) + 1) if wake else None
+        for fd, _ in self.poller.poll(timeout_ms):
+            if fd in self.pidfds:
+                self.poller.unregister(fd)
+                os.close(fd)
+                del self.pidfds[fd]
+            elif fd in self.by_fd:
+                self._read(fd)
+
+    def _read(self, fd: int) -> None:
+        child = self.by_fd[fd]
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self._close(fd)
+            return
+        which = child.pipes[fd]
+        child.seen[which] += len(chunk)
+        room = self.cap - len(child.kept[which])
+        if room > 0:
+            child.kept[which].extend(chunk[:room])
+        if child.seen[which] > self.kill_at and not (child.flooded or child.timed_out):
+            child.flooded = True
+            self._stop(child)
+
+    def _close(self, fd: int) -> None:
+        self.poller.unregister(fd)
+        os.close(fd)
+        del self.by_fd[fd].pipes[fd]
+        del self.by_fd[fd]
+
+    def _reap(self) -> None:
+        """Reap every exited child: the scripts and the orphans this subreaper adopted."""
+        import signal
+
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            child = self.running.get(info.si_pid)
+            if child is not None:
+                # Still a zombie, so its pid cannot have been reused as a group's id.
+                _kill(info.si_pid, signal.SIGKILL, group=True)
+            _, status, usage = os.wait4(info.si_pid, 0)
+            if child is not None:
+                child.exited = True
+                code = os.waitstatus_to_exitcode(status)
+                child.status = 128 - code if code < 0 else code
+                child.cpu_s = usage.ru_utime + usage.ru_stime
+                self._kill_strays()
+
+    def _enforce_deadlines(self) -> None:
+        import time
+
+        now = time.monotonic()
+        for child in self.running.values():
+            if now < child.deadline:
+                continue
+            if not child.exited and not (child.timed_out or child.flooded):
+                child.timed_out = True
+                self._stop(child)
+            elif child.exited:  # a process outside its reach still holds its pipes
+                for fd in list(child.pipes):
+                    self._close(fd)
+
+    def _stop(self, child: _Child) -> None:
+        import signal
+
+        _kill(child.pid, signal.SIGKILL, group=True)
+        _kill(child.pid, signal.SIGKILL, group=False)  # in case it left its group
+        self._kill_strays()
+
+    def _kill_strays(self) -> None:
+        """SIGKILL every descendant of the driver that no running script owns: what a
+        finished script left behind, including processes that left its process group.
+        As a subreaper the driver adopts such orphans, so they stay its descendants."""
+        import signal
+
+        table = _process_table()
+        live = {pid for pid, child in self.running.items() if not child.exited}
+        for pid in table:
+            if pid != self.me and _stray(pid, table, live, self.me):
+                _kill(pid, signal.SIGKILL, group=False)
+
+    # reporting
+
+    def _record(self, child: _Child) -> dict[str, Any]:
+        import binascii
+        import time
+
+        killed = child.timed_out or child.flooded
+        return {
+            "script": child.name,
+            "exit": None if killed else child.status,
+            "timed_out": child.timed_out,
+            "flooded": child.flooded,
+            "cpu_s": round(child.cpu_s, 3),
+            "seconds": round(time.monotonic() - child.started, 4),
+            "stdout": binascii.b2a_base64(bytes(child.kept[0]), newline=False).decode(),
+            "stdout_cut": child.seen[0] > self.cap,
+            "stderr": binascii.b2a_base64(bytes(child.kept[1]), newline=False).decode(),
+            "stderr_cut": child.seen[1] > self.cap,
+        }
+
+    @staticmethod
+    def _emit(record: Mapping[str, Any]) -> None:
+        data = memoryview((json.dumps(record) + "\n").encode())
+        while data:
+            data = data[os.write(1, data):]
+
+
+def _kill(pid: int, sig: int, *, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process this /proc shows."""
+    table: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # it ended meanwhile
+        fields = stat[stat.rindex(b")") + 2:].split()  # the name in parentheses may hold spaces
+        table[int(entry)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def _stray(pid: int, table: Mapping[int, tuple[int, int]], live: set[int], me: int) -> bool:
+    """Whether `pid` descends from the driver without a running script (or its process
+    group) on the way up. Processes not under the driver are never strays."""
+    seen: set[int] = set()
+    while pid in table and pid not in seen:
+        seen.add(pid)
+        parent, group = table[pid]
+        if pid in live or group in live:
+            return False
+        if parent == me:
+            return True
+        pid = parent
+    return False
+
+
+def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
+    """In the forked child: take the script's own pipes, drop every other descriptor of the
+    driver, run the script as ``python path`` would, exit with its status. Never returns
+    into the driver's code, whatever happens."""
+    status = 1
+    try:
+        os.setpgid(0, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        status = _run_main(path)
+    finally:
+        os._exit(status)
+
+
+def _run_main(path: str) -> int:
+    import atexit
+    import builtins
+    import types
+
+    atexit._clear()  # callbacks the driver's imports registered are not the script's
+    sys.argv = [path]
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
+    sys.modules["__main__"] = main  # dataclasses, pickle and friends look it up by name
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec")
+    except Exception as exc:  # as `python path` reports a file it cannot open or compile
+        sys.excepthook(type(exc), exc, None)
+        return _wind_down(1)
+    try:
+        exec(code, main.__dict__)
+    except SystemExit as exc:
+        return _wind_down(_exit_status(exc))
+    except BaseException as exc:
+        tb = exc.__traceback__
+        sys.excepthook(type(exc), exc, tb.tb_next if tb is not None else None)
+        return _wind_down(1)
+    return _wind_down(0)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The status Python's own exit gives a SystemExit: None 0, an int its low byte,
+    anything else printed to stderr and 1."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    sys.stderr.write(f"{exc.code}\n")
+    return 1
+
+
+def _wind_down(status: int) -> int:
+    """atexit callbacks, then the flush of stdout and stderr, as at interpreter exit."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except Exception:
+            if stream is sys.stdout:
+                status = 120  # what Python exits with when it cannot flush stdout
+    return status
