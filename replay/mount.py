@@ -72,6 +72,7 @@ class Mount:
         """Copy every part a lazy mount has not copied yet."""
         for part in self._snapshot_parts():
             self._ensure(part)
+        (self.path / SERVICES).mkdir(exist_ok=True)
 
     @property
     def services(self) -> list[str]:
@@ -167,11 +168,12 @@ class Mount:
     def _copy_all(self) -> None:
         self._stamps.clear()
         self._present.clear()
+        if self.lazy:  # even the two folders wait for their first use
+            self.path.mkdir(parents=True, exist_ok=True)
+            return
         made = {self.path / SERVICES, self.path / WORKSPACE}
         for folder in made:
             folder.mkdir(parents=True, exist_ok=True)
-        if self.lazy:
-            return
         for rel, src in self._snapshot_files():
             dst = self.path / rel
             if dst.parent not in made:
@@ -191,6 +193,8 @@ class Mount:
                 # before the part was copied cannot exist: the workspace is a part).
                 remove_tree(dst)
             self._copy_one(rel, src, dst)
+        if part == _REST:
+            (self.path / WORKSPACE).mkdir(exist_ok=True)  # a world may have no files
         self._present.add(part)
 
     def _drop_part(self, part: str) -> None:
