@@ -1,28 +1,34 @@
-"""The verifier runtime: V(W0, W, a) from a folder of scripts, each run in the sandbox.
+"""The verifier runtime: V(W0, W, a) from a folder of scripts, run in the sandbox.
 
 ``run_verifier(verifier_dir, w0, w, answer)`` runs every ``*.py`` file directly in
-`verifier_dir` (sorted by name; names starting with ``_`` are helpers, not scripts) as
-its own sandboxed process (``envs.sandbox``: no network, bounded time, CPU, memory,
-processes and output) with the project's own Python in isolated mode (``-I -S -B``:
-standard library only, no bytecode written) plus the SDK ``gates/sdk/awsdk.py``. A
+`verifier_dir` (sorted by name; names starting with ``_`` are helpers, not scripts) in one
+sandbox (``envs.sandbox``: no network, bounded time, CPU, memory, processes and output)
+holding one Python start, the project's own Python in isolated mode (``-I -S -B``: standard
+library only, no bytecode written): the driver (``awsdk._drive`` in the SDK
+``gates/sdk/awsdk.py``) imports the SDK and the common standard modules once, then forks a
+process per script, which runs it as ``__main__`` with its own stdout and stderr, its own
+time and output limits, and the sandbox's per-process CPU, memory and file-size limits. A
 script reads the worlds and prints its checklist as a last ``RESULT_JSON=`` line; the
-runner collects them into a ``Verdict`` (gates.contract). What a script sees is listed in
-the SDK's docstring: ``/w0``, ``/w``, ``/answer.txt``, ``/verifier`` and ``/sdk``, all
-read-only (``/verifier`` writable on request, for the counterfactual probe), and a private
-scratch ``/workspace``.
+driver reports each script's status and output on its own stdout, and the runner collects
+them into a ``Verdict`` (gates.contract). What a script sees is listed in the SDK's
+docstring: ``/w0``, ``/w``, ``/answer.txt``, ``/verifier`` and ``/sdk``, all read-only
+(``/verifier`` writable on request, for the counterfactual probe), and a scratch
+``/workspace``. Why a script cannot write another script's report is said where the
+driver is (the end of the SDK module).
 
 Two kinds of failure are kept apart (one error boundary per layer):
 
 * a bad script (no or malformed ``RESULT_JSON`` line, non-boolean checks, a crash, a
   timeout, a limit, an output flood) is data: its ``ScriptResult.error`` says which script
-  and why, and the verdict is an error verdict, never a pass. The runner never raises for
-  a script;
+  and why, and the verdict is an error verdict, never a pass. The others are judged as if
+  it were not there. A script that kills the driver leaves the scripts not yet reported
+  unjudged, which is an error too. The runner never raises for a script;
 * an unusable sandbox, a world that is not a world directory, or a world the sandbox user
   cannot read raises (``SandboxError``, ``WorldDirError``, ``TaskError``): that is the
   caller's problem, not the task's.
 
-Scripts never run in this process, and the bootstrap writes a start marker to stderr
-before a script's first line, so a sandbox that failed to start is told apart from a
+Scripts never run in this process, and the driver writes a start marker to its stderr
+before the first script starts, so a sandbox that failed to start is told apart from a
 script that failed however it likes.
 
 ``run_awm_verify(code, initial_db, final_db)`` runs AWM-style verification code
@@ -33,18 +39,24 @@ fingerprints every file of a verifier folder for the counterfactual-probe gate.
 
 from __future__ import annotations
 
+import atexit
+import binascii
+import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
+import py_compile
 import shlex
 import shutil
+import signal
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -58,9 +70,14 @@ __all__ = [
     "SDK_DIR",
     "VERIFIER_LIMITS",
     "AwmResult",
+    "DriverReport",
+    "ScriptRun",
+    "driver_argv",
+    "read_driver_output",
     "run_awm_verify",
     "run_verifier",
     "script_names",
+    "sdk_folder",
     "verifier_digests",
 ]
 
@@ -72,8 +89,13 @@ AWM_AT = "/awm"
 AWM_SCRIPT = "verify_task"  # the script name of an AWM result's checks
 MAX_PARALLEL = 4
 TAIL_CHARS = 2000
-# Printed by the bootstrap before a script runs; a script cannot print anything before it.
+# Written by the driver to its own stderr before the first script starts.
 STARTED = "agentworlds-verifier: started"
+TRUNCATED = "\n[... output truncated at {} bytes ...]"  # as envs.sandbox marks a cut stream
+RECORD_BYTES = 1024  # a driver record without its two output fields, at most
+# What a process's stderr says when it ran out of memory (envs.sandbox looks for the same).
+MEMORY_MESSAGES = ("MemoryError", "Cannot allocate memory", "out of memory",
+                   "std::bad_alloc", "memory exhausted")
 
 # A verifier reads two small worlds: seconds, not minutes. Processes stay at the sandbox's
 # default because RLIMIT_NPROC counts every process of the sandbox uid, concurrent
@@ -81,21 +103,15 @@ STARTED = "agentworlds-verifier: started"
 VERIFIER_LIMITS = Limits(timeout_s=10.0, cpu_s=10, memory_mib=512, max_procs=64,
                          max_output_bytes=64 * 1024, max_file_mib=16, tmp_mib=32)
 
-# Runs in the sandbox as `python -I -S -B -c BOOT /verifier/<script>`: -I drops the script's
-# folder and PYTHONPATH from sys.path, so the SDK and the verifier's helpers go in by hand.
-# The script runs in __main__'s own namespace, as `python script.py` would run it (runpy
-# would cost every script a few more imports).
-BOOT = (
-    "import sys\n"
-    f"sys.stderr.write({STARTED!r} + '\\n')\n"
-    "sys.stderr.flush()\n"
-    f"sys.path[:0] = [{SDK_AT!r}, {VERIFIER_AT!r}]\n"
-    "sys.argv = sys.argv[1:]\n"
-    "__file__ = sys.argv[0]\n"
-    "with open(__file__, 'rb') as _source:\n"
-    "    _code = compile(_source.read(), __file__, 'exec')\n"
-    "del _source\n"
-    "exec(_code)\n"
+# Runs as `python -I -S -B -c DRIVER CONFIG`: -I drops PYTHONPATH and the working
+# directory from sys.path, so the SDK and the verifier's helpers go in by hand, before the
+# SDK, which holds the driver, is imported.
+DRIVER = (
+    "import json, sys\n"
+    "config = json.loads(sys.argv[1])\n"
+    "sys.path[:0] = [config['sdk'], config['verifier']]\n"
+    "import awsdk\n"
+    "awsdk._drive(config)\n"
 )
 
 # The AWM driver: load the code as a module (its `if __name__ == "__main__"` stays idle),
@@ -143,6 +159,30 @@ class AwmResult(msgspec.Struct, frozen=True):
                        errors=[self.error] if self.error else [])
 
 
+@dataclasses.dataclass(frozen=True)
+class ScriptRun:
+    """How one script's process ended: what the driver reported for it (or, for AWM code,
+    what its sandbox did). Streams are decoded as UTF-8 (bad bytes replaced); a stream cut
+    at ``max_output_bytes`` ends with the sandbox's truncation mark."""
+
+    exit_code: int | None  # 128 + N when killed by signal N; None when killed for a limit
+    stdout: str
+    stderr: str
+    stdout_cut: bool
+    timed_out: bool
+    killed_reason: str | None  # "timeout", "output limit", or inferred: "cpu", "memory", ...
+    seconds: float
+    start_error: str | None = None  # the driver could not start it at all
+
+
+class DriverReport(NamedTuple):
+    """What a driver's stdout says: each reported script's run, and what in it is not a
+    record the driver writes (then nothing in it is trusted)."""
+
+    runs: dict[str, ScriptRun]
+    damage: list[str]
+
+
 # --- the public entry points ------------------------------------------------------------
 
 
@@ -175,10 +215,11 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
             f"{verifier_dir}: no verifier scripts (*.py files not starting with '_')"])
     for world in (w0, w):
         check_world_dir(world)
-    for path in (verifier_dir, w0, w, SDK_DIR):
+    for path in (verifier_dir, w0, w, sdk_folder()):
         _require_readable(path)
     box = sandbox or default_sandbox()
     lim = limits or VERIFIER_LIMITS
+    whole = _run_limits(lim, len(names), parallel)
     with tempfile.TemporaryDirectory(prefix="agentworlds-verifier-") as staging:
         answer_file = Path(staging) / "answer.txt"
         answer_file.write_text(answer or "", encoding="utf-8")
@@ -187,16 +228,42 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
                  Bind(w0, W0_AT), Bind(w, W_AT), Bind(answer_file, ANSWER_AT),
                  Bind(verifier_dir, VERIFIER_AT, writable=writable_verifier)]
         env = {**_python_env(), "AW_W0": W0_AT, "AW_W": W_AT, "AW_ANSWER": ANSWER_AT}
-
-        def one(name: str) -> ScriptResult:
-            command = _python_command(BOOT, f"{VERIFIER_AT}/{name}")
-            shell = _run_in_scratch(box, command, lim, env, binds)
-            return _script_result(name, shell, lim)
-
-        results = _in_parallel(one, names, parallel)
+        argv = driver_argv(_sandbox_python(), names, lim, parallel)
+        shell = _run_in_scratch(box, shlex.join(["exec", *argv]), whole, env, binds)
+    results = _results(names, shell, lim, whole)
     checks = [check for result in results for check in result.checks]
     errors = [result.error for result in results if result.error is not None]
     return Verdict(checks=checks, scripts=results, errors=errors)
+
+
+def driver_argv(python: str, names: Sequence[str], limits: Limits, parallel: int, *,
+                sdk_dir: str = SDK_AT, verifier_dir: str = VERIFIER_AT) -> list[str]:
+    """The command line of one run's driver: `python` in isolated mode running the scripts
+    `names` of `verifier_dir` with the SDK in `sdk_dir`, at most `parallel` at once, each
+    within ``limits.timeout_s`` and ``limits.max_output_bytes`` per stream. What it prints
+    is read by ``read_driver_output``; outside a sandbox (benchmarks) it runs as well."""
+    config = {"scripts": list(names), "sdk": sdk_dir, "verifier": verifier_dir,
+              "timeout_s": limits.timeout_s, "cap": limits.max_output_bytes,
+              "kill_at": OUTPUT_KILL_FACTOR * limits.max_output_bytes,
+              "parallel": parallel, "marker": STARTED}
+    return [python, "-I", "-S", "-B", "-c", DRIVER, json.dumps(config)]
+
+
+def read_driver_output(names: Sequence[str], stdout: str, limits: Limits) -> DriverReport:
+    """The runs in a driver's stdout: one JSON record per line, each naming one of `names`
+    once. A last line without its newline is a record cut off by a kill and is dropped."""
+    runs: dict[str, ScriptRun] = {}
+    damage: list[str] = []
+    for number, line in enumerate(stdout.split("\n")[:-1], 1):
+        try:
+            record = json.loads(line)
+            name = record["script"]
+            if name not in names or name in runs:
+                raise ValueError(f"a second or unknown record for {name!r}")
+            runs[name] = _script_run(record, limits)
+        except (ValueError, KeyError, TypeError) as exc:  # binascii.Error is a ValueError
+            damage.append(f"line {number}: {exc}")
+    return DriverReport(runs, damage)
 
 
 def run_awm_verify(code: str | Path, initial_db: Path, final_db: Path, *,
@@ -219,7 +286,7 @@ def run_awm_verify(code: str | Path, initial_db: Path, final_db: Path, *,
         shell = _run_in_scratch(box, _python_command(AWM_DRIVER), lim, _python_env(), binds)
     stderr = _strip_marker(AWM_SCRIPT, shell)
     tails = _tail(shell.stdout), _tail(stderr)
-    error = _failure(shell, stderr, lim)
+    error = _failure(_sandbox_run(shell, stderr, lim), lim)
     checks: list[Check] = []
     evidence: dict[str, Any] = {}
     if error is None:
@@ -266,7 +333,45 @@ def _file_digest(path: Path) -> str:
 
 
 def _python_binds() -> list[Bind]:
-    return [Bind(Path(os.path.realpath(sys.base_prefix)), PYTHON_AT), Bind(SDK_DIR, SDK_AT)]
+    return [Bind(Path(os.path.realpath(sys.base_prefix)), PYTHON_AT),
+            Bind(sdk_folder(), SDK_AT)]
+
+
+_sdk_lock = threading.Lock()
+_sdk_copies: dict[tuple[tuple[str, int, int], ...], Path] = {}
+
+
+def sdk_folder() -> Path:
+    """The SDK folder a run binds at ``/sdk``: a copy of it with its bytecode beside it,
+    made once per process (and again if a source file changes). The sandbox's Python
+    writes no bytecode (-B), so from the bare source it would compile the SDK on every run
+    (~10 ms, a tenth of a run); the bytecode carries its source's hash, so it is never
+    used for other source. Where no copy can be made, the folder itself."""
+    sources = sorted(SDK_DIR.glob("*.py"))
+    key = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sources)
+    with _sdk_lock:
+        if key not in _sdk_copies or not _sdk_copies[key].is_dir():
+            try:
+                _sdk_copies[key] = _copy_and_compile(sources)
+            except (OSError, py_compile.PyCompileError):
+                return SDK_DIR
+        return _sdk_copies[key]
+
+
+def _copy_and_compile(sources: list[Path]) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="agentworlds-sdk-"))
+    atexit.register(_remove_if_ours, folder, os.getpid())
+    for source in sources:
+        copy = folder / source.name
+        shutil.copyfile(source, copy)
+        cached = importlib.util.cache_from_source(str(copy))
+        py_compile.compile(str(copy), cfile=cached, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    for dirpath, _dirs, files in os.walk(folder):  # the sandbox user reads it as "other"
+        os.chmod(dirpath, 0o755)
+        for name in files:
+            os.chmod(Path(dirpath, name), 0o644)
+    return folder
 
 
 def _python_env() -> dict[str, str]:
@@ -276,10 +381,30 @@ def _python_env() -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def _sandbox_python() -> str:
+    return f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+
+
 def _python_command(code: str, *args: str) -> str:
-    python = f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
-    return " ".join(shlex.quote(part) for part in ["exec", python, "-I", "-S", "-B", "-c",
-                                                    code, *args])
+    return shlex.join(["exec", _sandbox_python(), "-I", "-S", "-B", "-c", code, *args])
+
+
+def _run_limits(per_script: Limits, n: int, parallel: int) -> Limits:
+    """The sandbox's limits for a run of `n` scripts. CPU, memory, file size and processes
+    stay as they are (per process, or per uid). The wall clock allows every round of
+    `parallel` scripts its timeout twice (a script may wait for processes to spare before
+    it starts) plus one for the driver; the output allows every script's report."""
+    rounds = -(-n // min(parallel, n))
+    b64 = 4 * -(-per_script.max_output_bytes // 3)
+    report = n * (2 * b64 + RECORD_BYTES)
+    return dataclasses.replace(per_script, timeout_s=per_script.timeout_s * (2 * rounds + 1),
+                               max_output_bytes=max(per_script.max_output_bytes, report))
+
+
+def _remove_if_ours(folder: Path, owner: int) -> None:
+    """At exit; a forked child inherits the hook, but the folder is its parent's."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run_in_scratch(box: Sandbox, command: str, limits: Limits, env: dict[str, str],
@@ -290,15 +415,6 @@ def _run_in_scratch(box: Sandbox, command: str, limits: Limits, env: dict[str, s
         return box.run(command, Path(scratch), limits, env, binds)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _in_parallel(fn: Callable[[str], ScriptResult], names: list[str],
-                 parallel: int) -> list[ScriptResult]:
-    if len(names) == 1 or parallel == 1:
-        return [fn(name) for name in names]
-    with ThreadPoolExecutor(max_workers=min(parallel, len(names)),
-                            thread_name_prefix="verifier") as pool:
-        return list(pool.map(fn, names))  # map keeps the input order
 
 
 def _require_readable(top: Path) -> None:
@@ -334,26 +450,104 @@ class _BadOutput(Exception):
     """A script's stdout holds no usable verdict."""
 
 
-def _script_result(name: str, shell: ShellResult, limits: Limits) -> ScriptResult:
-    stderr = _strip_marker(name, shell)
-    error = _failure(shell, stderr, limits)
+def _results(names: list[str], shell: ShellResult, limits: Limits,
+             whole: Limits) -> list[ScriptResult]:
+    """Each script's result from its run's sandbox: judged from its record, or an error
+    saying why it has none. A damaged report trusts no record in it."""
+    driver_stderr = _strip_marker(", ".join(names), shell)
+    report = read_driver_output(names, shell.stdout, limits)
+    return [_script_result(name, report.runs[name], limits)
+            if name in report.runs and not report.damage
+            else _unjudged(name, shell, whole, report.damage, driver_stderr)
+            for name in names]
+
+
+def _script_run(record: dict[str, Any], limits: Limits) -> ScriptRun:
+    """A driver record as a run; raises KeyError, TypeError or ValueError for anything
+    that is not a record the driver writes."""
+    if record.get("start_error") is not None:
+        return ScriptRun(None, "", "", False, False, None, 0.0,
+                         start_error=str(record["start_error"]))
+    stdout = _decoded(record["stdout"], bool(record["stdout_cut"]), limits)
+    stderr = _decoded(record["stderr"], bool(record["stderr_cut"]), limits)
+    code, cpu_s = record["exit"], float(record["cpu_s"])
+    if code is not None and not isinstance(code, int):
+        raise TypeError(f"exit status {code!r}")
+    if record["timed_out"]:
+        reason: str | None = "timeout"
+    elif record["flooded"]:
+        reason = "output limit"
+    else:
+        reason = _killed_reason(code, cpu_s, stderr, limits)
+    return ScriptRun(code, stdout, stderr, bool(record["stdout_cut"]),
+                     bool(record["timed_out"]), reason, float(record["seconds"]))
+
+
+def _decoded(b64: str, cut: bool, limits: Limits) -> str:
+    text = binascii.a2b_base64(b64, strict_mode=True).decode("utf-8", errors="replace")
+    return text + TRUNCATED.format(limits.max_output_bytes) if cut else text
+
+
+def _killed_reason(code: int | None, cpu_s: float, stderr: str, limits: Limits) -> str | None:
+    """Which limit stopped a process that ended with `code`, as envs.sandbox infers it for
+    a whole sandbox (best effort)."""
+    if code is None or code == 0:
+        return None
+    if code == 128 + signal.SIGXCPU or "CPU time limit exceeded" in stderr:
+        return "cpu"
+    if code == 128 + signal.SIGKILL and cpu_s >= limits.cpu_s:
+        return "cpu"  # ignored SIGXCPU, then the hard limit's SIGKILL
+    if code == 128 + signal.SIGXFSZ or "File size limit exceeded" in stderr:
+        return "file size"
+    if any(message in stderr for message in MEMORY_MESSAGES):
+        return "memory"
+    return None
+
+
+def _sandbox_run(shell: ShellResult, stderr: str, limits: Limits) -> ScriptRun:
+    """One sandbox's run (the AWM driver's) as a script run."""
+    cut = shell.stdout.endswith(TRUNCATED.format(limits.max_output_bytes))
+    return ScriptRun(shell.exit_code, shell.stdout, stderr, cut, shell.timed_out,
+                     shell.killed_reason, shell.seconds)
+
+
+def _script_result(name: str, run: ScriptRun, limits: Limits) -> ScriptResult:
+    error = _failure(run, limits)
     checks: list[Check] = []
     if error is None:
         try:
-            checks = _checks(name, _verdict_object(shell.stdout).get("checks"))
+            checks = _checks(name, _verdict_object(run.stdout).get("checks"))
         except _BadOutput as exc:
             error = str(exc)
     return ScriptResult(
         script=name, checks=checks,
         error=None if error is None else f"verifier script {name}: {error}",
-        exit_code=shell.exit_code, seconds=shell.seconds,
-        stdout_tail=_tail(shell.stdout), stderr_tail=_tail(stderr))
+        exit_code=run.exit_code, seconds=run.seconds,
+        stdout_tail=_tail(run.stdout), stderr_tail=_tail(run.stderr))
+
+
+def _unjudged(name: str, shell: ShellResult, whole: Limits, damage: list[str],
+              driver_stderr: str) -> ScriptResult:
+    """A script the driver did not report (or whose report cannot be trusted)."""
+    if damage:
+        why = f"not judged: the driver's report is damaged ({damage[0]})"
+    elif shell.timed_out:
+        why = (f"timed out: the run as a whole was stopped after {whole.timeout_s:g} s "
+               "(its limit timeout_s) before this script was reported; killed")
+    else:
+        why = (f"not judged: the driver ended (exit status {shell.exit_code}) before "
+               "reporting this script")
+        last = _last_line(driver_stderr)
+        why = f"{why}: {last}" if last else why
+    return ScriptResult(script=name, checks=[], error=f"verifier script {name}: {why}",
+                        exit_code=None, seconds=shell.seconds,
+                        stderr_tail=_tail(driver_stderr))
 
 
 def _strip_marker(name: str, shell: ShellResult) -> str:
-    """stderr without the bootstrap's marker. No marker and no timeout: the sandbox or
-    Python failed before the script's first line, which no script can cause."""
-    # The first occurrence is the bootstrap's own: a script runs only after it. Whatever
+    """stderr without the start marker. No marker and no timeout: the sandbox or Python
+    failed before `name` started, which no script can cause."""
+    # The first occurrence is the driver's own: scripts run only after it. Whatever
     # precedes it came from the sandbox's set-up and is kept.
     at = shell.stderr.find(STARTED + "\n")
     if at >= 0:
@@ -364,20 +558,22 @@ def _strip_marker(name: str, shell: ShellResult) -> str:
     return shell.stderr
 
 
-def _failure(shell: ShellResult, stderr: str, limits: Limits) -> str | None:
+def _failure(run: ScriptRun, limits: Limits) -> str | None:
     """Why a finished run cannot give a verdict, judged from how it ended."""
-    if shell.timed_out:
+    if run.start_error is not None:
+        return f"could not be started: {run.start_error}"
+    if run.timed_out:
         return f"timed out after {limits.timeout_s:g} s (limit timeout_s); killed"
-    if shell.killed_reason == "output limit":
+    if run.killed_reason == "output limit":
         return (f"flooded its output (over {OUTPUT_KILL_FACTOR * limits.max_output_bytes} "
                 "bytes on one stream); killed")
-    if shell.exit_code != 0:
-        why = f"exited with status {shell.exit_code}"
-        if shell.killed_reason is not None:
-            why += f" (stopped by the {shell.killed_reason} limit)"
-        last = _last_line(stderr)
+    if run.exit_code != 0:
+        why = f"exited with status {run.exit_code}"
+        if run.killed_reason is not None:
+            why += f" (stopped by the {run.killed_reason} limit)"
+        last = _last_line(run.stderr)
         return f"{why}: {last}" if last else why
-    if shell.stdout.endswith(f"[... output truncated at {limits.max_output_bytes} bytes ...]"):
+    if run.stdout_cut:
         return (f"printed over {limits.max_output_bytes} bytes on stdout, so its last "
                 "RESULT_JSON line cannot be known")
     return None

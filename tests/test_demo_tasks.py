@@ -11,6 +11,8 @@ and must leave both worlds exactly as they were.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from gates.agents import ScriptedAgent, reference_agent, scripted
 from gates.contract import AnswerStep, Difficulty, ShellStep, Solution, ToolStep, Verdict
 from gates.rollout import interfaces_used
 from gates.task import SOLUTION_FILE, Task, load_task
-from gates.verifier import run_verifier
+from gates.verifier import SDK_DIR, run_verifier
 from replay.engine import Worlds
 from replay.hashing import world_manifest
 
@@ -246,25 +248,17 @@ def test_other_solutions_are_judged_on_their_content(env: Environment, task_id: 
     assert result.verdict.passed is passes, (what, _failed(result))
 
 
-# --- the verifiers' shared helper -------------------------------------------------------------
+# --- the SDK's amount helper, which the verifiers share -----------------------------------
 
 
-def _money_helpers() -> list[Path]:
-    return sorted(TASKS.glob("*/verifier/_money.py"))
-
-
-def _load(path: Path) -> ModuleType:
-    """The helper as a module, compiled here so that no bytecode lands in the task folder
-    (the counterfactual-probe gate digests every file of it)."""
-    module = ModuleType("_money_under_test")
-    exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), module.__dict__)
+@functools.cache
+def _sdk() -> ModuleType:
+    """The SDK as a script imports it, loaded here without entering sys.modules."""
+    spec = importlib.util.spec_from_file_location("awsdk", SDK_DIR / "awsdk.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
-
-
-def test_every_copy_of_the_money_helper_is_the_same() -> None:
-    """Each verifier folder is self-contained, so the helper is copied; copies must not drift."""
-    copies = {path.read_bytes() for path in _money_helpers()}
-    assert _money_helpers() and len(copies) == 1
 
 
 @pytest.mark.parametrize(("text", "amount", "found"), [
@@ -274,13 +268,33 @@ def test_every_copy_of_the_money_helper_is_the_same() -> None:
     ("NOK 59829", "59829.00", True),
     ("NOK 59829.", "59829.00", True),
     ("NOK 59\u00a0829,00", "59829.00", True),
+    ("NOK 59\u202f829,00", "59829.00", True),
     ("MVA: 2,812.50", "2812.50", True),
+    ("1,234,567.00 in all", "1234567.00", True),
+    ("450,-", "450.00", True),
     ("NOK 159,829.00", "59829.00", False),
+    ("NOK 59,829.001", "59829.00", False),
     ("NOK 59,829.50", "59829.00", False),
     ("NOK 59,829.00", "59829.50", False),
     ("NOK 2,812.5", "2812.50", False),
+    ("NOK 59829", "59829.50", False),
     ("", "59829.00", False),
+    (None, "59829.00", False),
 ])
-def test_money_helper_reads_amounts_however_they_are_grouped(text: str, amount: str,
-                                                              found: bool) -> None:
-    assert _load(_money_helpers()[0]).has_amount(text, amount) is found
+def test_has_amount_reads_amounts_however_they_are_grouped(text: str | None, amount: str,
+                                                           found: bool) -> None:
+    assert _sdk().has_amount(text, amount) is found
+
+
+@pytest.mark.parametrize("amount", ["59829", "59,829.00", "59829.0", "5e3.00", ""])
+def test_has_amount_refuses_an_amount_not_written_as_kroner_dot_ore(amount: str) -> None:
+    with pytest.raises(ValueError, match=f"amount {amount!r} must be digits, a dot and two"):
+        _sdk().has_amount("NOK 59829.00", amount)
+
+
+def test_verifiers_take_the_amount_helper_from_the_sdk() -> None:
+    """One helper in the SDK, none copied into a verifier folder to drift from it."""
+    scripts = sorted(TASKS.glob("*/verifier/*.py"))
+    assert any("awsdk.has_amount(" in path.read_text(encoding="utf-8") for path in scripts)
+    assert [path for path in scripts if "def has_amount" in path.read_text(encoding="utf-8")
+            or path.name == "_money.py"] == []

@@ -12,10 +12,12 @@ process limit that a fork bomb exhausts is not shared with any other sandbox on 
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import importlib.util
 import itertools
+import json
 import os
 import pwd
 import socket
@@ -34,6 +36,7 @@ from envs.sandbox import Bind, BubblewrapSandbox, DockerSandbox, Limits, default
 from gates.contract import Check, Verdict
 from gates.verifier import (
     SDK_DIR,
+    read_driver_output,
     run_awm_verify,
     run_verifier,
     script_names,
@@ -476,6 +479,193 @@ def test_a_fork_bomb_is_stopped_and_leaves_nothing(w0: Path, w: Path, tmp_path: 
     _assert_no_processes(BOMB_UID)
 
 
+# --- one sandbox for all scripts: what one script can do to the others --------------------
+
+BOMB = """
+    import os, time
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            time.sleep(0.01)
+"""
+OK_SCRIPT = "import awsdk\nawsdk.result(judged=True)\n"
+
+
+def test_a_fork_bomb_and_a_hang_do_not_stop_the_other_scripts(w0: Path, tmp_path: Path) -> None:
+    """Three at a time: the bomb and the hang hold two places until their timeouts; the
+    first quick script is judged at once; the second cannot start while the bomb holds
+    every process of the uid, waits for it to be killed, and is judged too."""
+    bomb_box = BubblewrapSandbox(uid=BOMB_UID, gid=BOMB_UID)
+    quick = "import awsdk\nawsdk.result(judged=True)\n"
+    verifier = _verifier(tmp_path / "v", {"a_bomb.py": BOMB, "b_hang.py": HOSTILE["hang.py"][0],
+                                          "c_ok.py": quick, "d_ok.py": quick})
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=bomb_box, parallel=3)
+    assert verdict.errors == [f"verifier script {name}: {TIMED_OUT} (limit timeout_s); killed"
+                              for name in ("a_bomb.py", "b_hang.py")]
+    assert _names(verdict) == [("c_ok.py", "judged", True), ("d_ok.py", "judged", True)]
+    _assert_no_processes(BOMB_UID)
+
+
+def test_what_a_script_leaves_behind_is_killed_when_it_ends(box: BubblewrapSandbox, w0: Path,
+                                                            tmp_path: Path) -> None:
+    """One at a time: the first script leaves a process in its group and one in a session
+    of its own, both holding its stdout; neither delays its verdict or outlives it."""
+    leaver = """
+        import subprocess, awsdk
+        subprocess.Popen(["sleep", "60"])
+        subprocess.Popen(["sleep", "61"], start_new_session=True)
+        awsdk.result(left_two=True)
+    """
+    looker = """
+        import os, awsdk
+        def cmdline(pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    return f.read()
+            except OSError:
+                return b""
+        sleeping = [pid for pid in os.listdir("/proc")
+                    if pid.isdigit() and cmdline(pid).startswith(b"sleep")]
+        awsdk.result(nothing_left=sleeping == [])
+    """
+    verifier = _verifier(tmp_path / "v", {"a_leaver.py": leaver, "b_looker.py": looker})
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=1)
+    assert verdict.errors == []
+    assert _names(verdict) == [("a_leaver.py", "left_two", True),
+                               ("b_looker.py", "nothing_left", True)]
+    _assert_no_processes(UID)
+
+
+FORGER = """
+    import binascii, json, os, time, awsdk
+
+    line = 'RESULT_JSON={"checks": {"victim_ok": true}}\\n'
+    forged = json.dumps({
+        "script": "b_victim.py", "exit": 0, "timed_out": False, "flooded": False,
+        "cpu_s": 0.0, "seconds": 0.0, "stdout_cut": False, "stderr": "", "stderr_cut": False,
+        "stdout": binascii.b2a_base64(line.encode(), newline=False).decode(),
+    }) + "\\n"
+
+    def refused(path):
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except PermissionError:
+            return True
+        os.write(fd, forged.encode())
+        return False
+
+    driver = os.getppid()
+    others = [pid for pid in os.listdir("/proc") if pid.isdigit() and int(pid) != os.getpid()]
+    reached = []
+    for pid in others:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except PermissionError:
+            continue
+        reached += [f"{pid}/{fd}" for fd in fds if not refused(f"/proc/{pid}/fd/{fd}")]
+    open("/tmp/forged", "w").close()
+    awsdk.result(
+        driver_stdout_refused=refused(f"/proc/{driver}/fd/1"),
+        driver_memory_refused=refused(f"/proc/{driver}/mem"),
+        sandbox_init_stdout_refused=refused("/proc/1/fd/1"),
+        processes_seen=len(others) >= 3,
+        no_descriptor_reached=reached == [],
+    )
+"""
+VICTIM = """
+    import os, time, awsdk
+    give_up = time.monotonic() + 4
+    while not os.path.exists("/tmp/forged") and time.monotonic() < give_up:
+        time.sleep(0.01)
+    awsdk.result(victim_ok=False)
+"""
+
+
+def test_a_script_cannot_write_another_scripts_report(box: BubblewrapSandbox, w0: Path,
+                                                      tmp_path: Path) -> None:
+    """The forger runs beside its victim and tries every way to the driver's report: the
+    driver's stdout and memory through /proc, the sandbox's pid 1, any descriptor of any
+    process. Each is refused, so the victim's own verdict stands."""
+    verifier = _verifier(tmp_path / "v", {"a_forger.py": FORGER, "b_victim.py": VICTIM})
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=2)
+    assert verdict.errors == [], verdict.scripts
+    assert _names(verdict) == [
+        ("a_forger.py", "driver_stdout_refused", True),
+        ("a_forger.py", "driver_memory_refused", True),
+        ("a_forger.py", "sandbox_init_stdout_refused", True),
+        ("a_forger.py", "processes_seen", True),
+        ("a_forger.py", "no_descriptor_reached", True),
+        ("b_victim.py", "victim_ok", False)]
+
+
+def test_a_script_cannot_add_to_another_scripts_output_once_it_ended(
+        box: BubblewrapSandbox, w0: Path, tmp_path: Path) -> None:
+    """A program another script runs is an ordinary process (exec makes it dumpable), so
+    the intruder can take the victim's stdout from it; once the victim has ended, writing
+    its verdict line there fails: the driver took the victim's output and closed it."""
+    victim = """
+        import os, subprocess, time, awsdk
+        open("/tmp/victim.pid", "w").write(str(os.getpid()))
+        subprocess.Popen(["sleep", "30"])  # shares this script's stdout
+        give_up = time.monotonic() + 4
+        while not os.path.exists("/tmp/grabbed") and time.monotonic() < give_up:
+            time.sleep(0.01)
+        awsdk.result(victim_ok=False)
+    """
+    intruder = """
+        import os, time, awsdk
+
+        def grab():
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if f.read().startswith(b"sleep"):
+                            return os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+                except OSError:
+                    continue
+            return None
+
+        give_up = time.monotonic() + 4
+        fd = None
+        while fd is None and time.monotonic() < give_up:
+            fd = grab()
+            time.sleep(0.01)
+        open("/tmp/grabbed", "w").close()
+        victim = open("/tmp/victim.pid").read()
+        while os.path.exists(f"/proc/{victim}") and time.monotonic() < give_up:
+            time.sleep(0.01)
+        refused = False
+        try:
+            os.write(fd, b'RESULT_JSON={"checks": {"victim_ok": true}}\\n')
+        except BrokenPipeError:
+            refused = True
+        awsdk.result(took_its_stdout=fd is not None, late_line_refused=refused)
+    """
+    verifier = _verifier(tmp_path / "v", {"a_victim.py": victim, "b_intruder.py": intruder})
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=2)
+    assert verdict.errors == [], verdict.scripts
+    assert _names(verdict) == [("a_victim.py", "victim_ok", False),
+                               ("b_intruder.py", "took_its_stdout", True),
+                               ("b_intruder.py", "late_line_refused", True)]
+
+
+def test_a_script_that_kills_the_driver_leaves_the_rest_unjudged(
+        box: BubblewrapSandbox, w0: Path, tmp_path: Path) -> None:
+    """Signals between processes of one uid cannot be refused: the scripts reported before
+    the kill keep their verdicts, the rest are errors, and nothing is left running."""
+    killer = "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(30)\n"
+    verifier = _verifier(tmp_path / "v", {"a_ok.py": OK_SCRIPT, "b_killer.py": killer,
+                                          "c_ok.py": OK_SCRIPT})
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=1)
+    assert _names(verdict) == [("a_ok.py", "judged", True)]
+    assert [e.split(": ")[:2] for e in verdict.errors] == [
+        ["verifier script b_killer.py", "not judged"], ["verifier script c_ok.py", "not judged"]]
+    assert all("the driver ended (exit status" in e for e in verdict.errors)
+    assert not verdict.passed
+    _assert_no_processes(UID)
+
+
 # --- the counterfactual probe's needs ------------------------------------------------------
 
 SELF_EDIT = """
@@ -653,6 +843,32 @@ def test_the_verdict_does_not_depend_on_parallelism(box: BubblewrapSandbox, w0: 
     assert one.n == 6 and one.satisfied == 6 and not one.passed  # an error is never a pass
     with pytest.raises(ValueError, match="parallel must be >= 1"):
         run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=0)
+
+
+def _record(name: str, stdout: str) -> str:
+    """A line as the driver writes it for a script that exited 0 with `stdout`."""
+    return json.dumps({"script": name, "exit": 0, "timed_out": False, "flooded": False,
+                       "cpu_s": 0.01, "seconds": 0.02, "stdout_cut": False, "stderr": "",
+                       "stderr_cut": False,
+                       "stdout": base64.b64encode(stdout.encode()).decode()}) + "\n"
+
+
+def test_the_driver_report_is_read_strictly() -> None:
+    passing = _record("a.py", 'RESULT_JSON={"checks": {"x": true}}\n')
+    names = ["a.py", "b.py"]
+    cut_off = read_driver_output(names, passing + '{"script": "b.py", "ex', FAST)
+    assert list(cut_off.runs) == ["a.py"] and cut_off.damage == []  # killed mid-write
+    assert cut_off.runs["a.py"].exit_code == 0
+    assert cut_off.runs["a.py"].stdout == 'RESULT_JSON={"checks": {"x": true}}\n'
+    damaged = {
+        passing + passing: "line 2: a second or unknown record for 'a.py'",
+        _record("c.py", ""): "line 1: a second or unknown record for 'c.py'",
+        "hello\n" + passing: "line 1: Expecting value",
+        passing.replace('"exit": 0', '"exit": "0"'): "line 1: exit status '0'",
+        passing.replace('"stderr": ""', '"stderr": "%%"'): "line 1: Only base64 data",
+    }
+    for stdout, why in damaged.items():
+        assert read_driver_output(names, stdout, FAST).damage[0].startswith(why), stdout
 
 
 # --- sandbox binds --------------------------------------------------------------------------

@@ -64,8 +64,9 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-# Every script pays for this module's imports at start-up, four or more times per rollout:
-# typing, dataclasses (which loads inspect) and difflib stay out of the import path.
+# Every verifier run pays for this module's imports at start-up (the driver imports it
+# once for all scripts): typing, dataclasses (which loads inspect) and difflib stay out of
+# the import path.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn, TypeAlias
@@ -397,17 +398,30 @@ def done() -> NoReturn:
 #
 # Why a script cannot write a record for another script, although every process here has
 # the same uid: a child keeps none of the driver's descriptors (they are closed before the
-# script's first line); the driver is not dumpable (PR_SET_DUMPABLE 0, inherited by the
-# children), so the kernel refuses a same-uid process without CAP_SYS_PTRACE its
-# /proc/<pid>/fd, /proc/<pid>/mem and ptrace, and the children hold no capabilities; the
-# sandbox's pid 1 (bwrap) holds the runner's pipe too but sits in the parent user
-# namespace, where its /proc/1/fd is refused the same way. What a script can do to the
-# driver is kill or stop it, since signals between processes of one uid are allowed; then
-# the scripts it had not reported get an error, never a pass.
+# script's first line); the driver is not dumpable (PR_SET_DUMPABLE 0, which its children
+# inherit), and the kernel refuses a same-uid process without CAP_SYS_PTRACE the /proc
+# fd, mem and ptrace of a process that is not dumpable; the children hold no capabilities.
+# As root the sandbox's pid 1 (bwrap) holds the runner's pipe too, but it sits in the
+# parent user namespace and its /proc/1/fd is refused as well (otherwise the driver is pid
+# 1 itself). tests/test_verifier.py tries each way.
+#
+# What stays open: signals between processes of one uid cannot be refused, so a script can
+# kill or stop the driver (the scripts not yet reported then get an error, never a pass)
+# or another script (an error for that one). A program a script runs (exec) is dumpable
+# again, so while it runs a sibling script can take that script's stdout from it through
+# /proc, and a line written there while the script has not yet exited counts as its
+# output. Once it exits, the driver takes its output and closes its pipes before reaping
+# it, so nothing more can be added. With parallel=1 no two scripts ever run at once, and
+# everything a script leaves behind is killed when it ends.
 
-_PRELOAD = ("csv", "datetime", "difflib", "typing")
+# What scripts commonly import beyond this module's own imports (datetime comes with
+# sqlite3). Not typing, nor difflib: they cost every run more than the few scripts that
+# use them would save.
+_PRELOAD = ("csv", "datetime")
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
+_SIGKILL = 9  # the signal module costs a few ms of enum building to import
 _RETRY_S = 0.01  # how soon a fork that found no process to spare is tried again
+_GRACE_S = 1.0  # how long a killed script may take to be gone before it is killed again
 
 
 def _drive(config: Mapping[str, Any]) -> None:
@@ -416,17 +430,17 @@ def _drive(config: Mapping[str, Any]) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    for option in (_PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER):
-        value = 0 if option == _PR_SET_DUMPABLE else 1
+    for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1)):
         if libc.prctl(option, value, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
     for name in _PRELOAD:
         try:
             __import__(name)
-        except Exception:  # noqa: S110 (a script importing it meets the same error itself)
-            pass
+        except Exception:  # a script importing it meets the same error itself
+            continue
     os.write(2, (str(config["marker"]) + "\n").encode())
     _Driver(config).run()
+    os._exit(0)  # every record is written (unbuffered); interpreter teardown is waste
 
 
 class _Child:
@@ -449,10 +463,6 @@ class _Child:
         self.cpu_s = 0.0
         self.timed_out = False
         self.flooded = False
-
-    @property
-    def done(self) -> bool:
-        return self.exited and not self.pipes
 
 
 class _Driver:
@@ -479,7 +489,7 @@ class _Driver:
             self._wait()
             self._reap()
             self._enforce_deadlines()
-            for child in [c for c in self.running.values() if c.done]:
+            for child in [c for c in self.running.values() if c.exited]:
                 del self.running[child.pid]
                 self._emit(self._record(child))
 
@@ -536,10 +546,7 @@ class _Driver:
         started = time.monotonic()
         os.close(out_w)
         os.close(err_w)
-        try:  # the child does it too: whichever runs first, the group exists before a kill
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
+        _own_group(pid)  # the child does it too: whichever runs first, it precedes a kill
         child = _Child(name, pid, {out_r: 0, err_r: 1}, started, self.timeout_s)
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
@@ -574,15 +581,16 @@ class _Driver:
             elif fd in self.by_fd:
                 self._read(fd)
 
-    def _read(self, fd: int) -> None:
+    def _read(self, fd: int) -> bool:
+        """Take what the pipe holds now; False once nothing more is there to take."""
         child = self.by_fd[fd]
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
-            return
+            return False
         if not chunk:
             self._close(fd)
-            return
+            return False
         which = child.pipes[fd]
         child.seen[which] += len(chunk)
         room = self.cap - len(child.kept[which])
@@ -590,7 +598,9 @@ class _Driver:
             child.kept[which].extend(chunk[:room])
         if child.seen[which] > self.kill_at and not (child.flooded or child.timed_out):
             child.flooded = True
-            self._stop(child)
+            if not child.exited:
+                self._stop(child)
+        return True
 
     def _close(self, fd: int) -> None:
         self.poller.unregister(fd)
@@ -600,8 +610,6 @@ class _Driver:
 
     def _reap(self) -> None:
         """Reap every exited child: the scripts and the orphans this subreaper adopted."""
-        import signal
-
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -611,48 +619,62 @@ class _Driver:
                 return
             child = self.running.get(info.si_pid)
             if child is not None:
-                # Still a zombie, so its pid cannot have been reused as a group's id.
-                _kill(info.si_pid, signal.SIGKILL, group=True)
+                # Still a zombie, so its pid cannot have been reused as a group's id; its
+                # output is taken before it is reaped, so that nobody waiting for it to
+                # vanish can add to it.
+                child.exited = True
+                _kill(info.si_pid, _SIGKILL, group=True)
+                self._kill_strays()
+                self._finish_output(child)
             _, status, usage = os.wait4(info.si_pid, 0)
             if child is not None:
-                child.exited = True
                 code = os.waitstatus_to_exitcode(status)
                 child.status = 128 - code if code < 0 else code
                 child.cpu_s = usage.ru_utime + usage.ru_stime
-                self._kill_strays()
+
+    def _finish_output(self, child: _Child) -> None:
+        """A script's output ends when it does: everything it wrote is in its pipes by now,
+        and what it left behind is being killed. The pipes are closed without waiting for
+        their end, so whoever else holds one (another script that reached a program this
+        one ran) can add nothing after its last line."""
+        for fd in list(child.pipes):
+            # A pipe holds 64 KiB, 1 MiB if resized: this many reads empty it, and a writer
+            # that keeps it filling cannot hold the driver here.
+            for _ in range(64):
+                if not self._read(fd):
+                    break
+            if fd in child.pipes:
+                self._close(fd)
 
     def _enforce_deadlines(self) -> None:
         import time
 
         now = time.monotonic()
         for child in self.running.values():
-            if now < child.deadline:
-                continue
-            if not child.exited and not (child.timed_out or child.flooded):
-                child.timed_out = True
+            if now >= child.deadline and not child.exited:
+                child.deadline = now + _GRACE_S  # killed at once; killed again if still there
+                child.timed_out = child.timed_out or not child.flooded
                 self._stop(child)
-            elif child.exited:  # a process outside its reach still holds its pipes
-                for fd in list(child.pipes):
-                    self._close(fd)
 
     def _stop(self, child: _Child) -> None:
-        import signal
-
-        _kill(child.pid, signal.SIGKILL, group=True)
-        _kill(child.pid, signal.SIGKILL, group=False)  # in case it left its group
+        _kill(child.pid, _SIGKILL, group=True)
+        _kill(child.pid, _SIGKILL, group=False)  # in case it left its group
         self._kill_strays()
 
     def _kill_strays(self) -> None:
-        """SIGKILL every descendant of the driver that no running script owns: what a
-        finished script left behind, including processes that left its process group.
-        As a subreaper the driver adopts such orphans, so they stay its descendants."""
-        import signal
-
-        table = _process_table()
+        """SIGKILL every descendant of the driver that no running script owns (by descent
+        or process group): what a finished script left behind, including processes that
+        left its group. As a subreaper the driver adopts such orphans, so they stay its
+        descendants; nothing else is ever touched."""
         live = {pid for pid, child in self.running.items() if not child.exited}
-        for pid in table:
-            if pid != self.me and _stray(pid, table, live, self.me):
-                _kill(pid, signal.SIGKILL, group=False)
+        todo = [(self.me, False)]
+        while todo:
+            parent, owned = todo.pop()
+            for pid in _children(parent):
+                mine = owned or pid in live
+                if not mine and _group(pid) not in live:
+                    _kill(pid, _SIGKILL, group=False)
+                todo.append((pid, mine))
 
     # reporting
 
@@ -681,45 +703,44 @@ class _Driver:
             data = data[os.write(1, data):]
 
 
+def _own_group(pid: int) -> None:
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        return  # it exited already, or ran exec (a script may), having done it itself
+
+
 def _kill(pid: int, sig: int, *, group: bool) -> None:
     try:
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
+        (os.killpg if group else os.kill)(pid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        return  # gone already
 
 
-def _process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every process this /proc shows."""
-    table: dict[int, tuple[int, int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def _children(pid: int) -> list[int]:
+    """The children of `pid`, whichever of its threads forked them."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found  # it ended meanwhile
+    for tid in threads:
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found += [int(kid) for kid in f.read().split()]
         except OSError:
-            continue  # it ended meanwhile
-        fields = stat[stat.rindex(b")") + 2:].split()  # the name in parentheses may hold spaces
-        table[int(entry)] = (int(fields[1]), int(fields[2]))
-    return table
+            continue
+    return found
 
 
-def _stray(pid: int, table: Mapping[int, tuple[int, int]], live: set[int], me: int) -> bool:
-    """Whether `pid` descends from the driver without a running script (or its process
-    group) on the way up. Processes not under the driver are never strays."""
-    seen: set[int] = set()
-    while pid in table and pid not in seen:
-        seen.add(pid)
-        parent, group = table[pid]
-        if pid in live or group in live:
-            return False
-        if parent == me:
-            return True
-        pid = parent
-    return False
+def _group(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None  # it ended meanwhile
+    # pid (name) state ppid pgrp ...: the name may hold spaces and parentheses
+    return int(stat[stat.rindex(b")") + 2:].split()[2])
 
 
 def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
@@ -731,7 +752,7 @@ def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
         os.setpgid(0, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
+        os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1024))
         status = _run_main(path)
     finally:
         os._exit(status)
@@ -751,17 +772,21 @@ def _run_main(path: str) -> int:
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec")
     except Exception as exc:  # as `python path` reports a file it cannot open or compile
-        sys.excepthook(type(exc), exc, None)
+        _print_uncaught(exc.with_traceback(None))
         return _wind_down(1)
     try:
         exec(code, main.__dict__)
     except SystemExit as exc:
         return _wind_down(_exit_status(exc))
     except BaseException as exc:
-        tb = exc.__traceback__
-        sys.excepthook(type(exc), exc, tb.tb_next if tb is not None else None)
+        tb = exc.__traceback__  # its first frame is this function's: not the script's
+        _print_uncaught(exc.with_traceback(tb.tb_next if tb is not None else None))
         return _wind_down(1)
     return _wind_down(0)
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    sys.excepthook(type(exc), exc, exc.__traceback__)
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -776,9 +801,14 @@ def _exit_status(exc: SystemExit) -> int:
 
 
 def _wind_down(status: int) -> int:
-    """atexit callbacks, then the flush of stdout and stderr, as at interpreter exit."""
+    """What interpreter exit does: wait for the threads that are not daemons, run the
+    atexit callbacks, flush stdout and stderr."""
     import atexit
 
+    threading = sys.modules.get("threading")
+    shutdown = getattr(threading, "_shutdown", None)  # private: typeshed does not list it
+    if shutdown is not None:
+        shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import awsdk
-from _money import has_amount
 
 DAY_1, DAY_2 = 9, 10
 MATS_CONVERSATION = 2
@@ -39,7 +38,7 @@ awsdk.result(
     == ("16:00" in (day2.get("description") or "")),
     install_days_not_moved=bool(day1) and bool(day2)
     and all(day1[k] == day1_before[k] and day2[k] == day2_before[k] for k in when),
-    mats_told_total=any(has_amount(body, "11600.00") for body in sent),
+    mats_told_total=any(awsdk.has_amount(body, "11600.00") for body in sent),
     mats_told_dates=any(re.search(r"\b12\b", body) and re.search(r"\b13\b", body)
                         for body in sent),
 )

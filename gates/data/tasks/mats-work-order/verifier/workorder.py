@@ -2,7 +2,6 @@
 11-12 March of the quote and the early chats), Mats's day rate and the total."""
 
 import awsdk
-from _money import has_amount
 
 WORK_ORDER = "jobs/nordlys/workorder-mats.md"
 
@@ -14,6 +13,6 @@ awsdk.result(
     install_day_1_date=awsdk.contains(text, "2026-03-12"),
     install_day_2_date=awsdk.contains(text, "2026-03-13"),
     no_stale_install_date=text is not None and "2026-03-11" not in text,
-    day_rate=has_amount(text, "5800.00"),
-    total_excl_mva=has_amount(text, "11600.00"),
+    day_rate=awsdk.has_amount(text, "5800.00"),
+    total_excl_mva=awsdk.has_amount(text, "11600.00"),
 )

@@ -3,7 +3,6 @@ expected (Anders, day 3: "tomorrow morning", Friday 6 March) and the new subtota
 the BOM's order lines (NOK 119,765.00) less the CX-30 (NOK 17,490.00)."""
 
 import awsdk
-from _money import has_amount
 
 REPORT = "jobs/nordlys/cart-check.md"
 BOM = "jobs/nordlys/bom.md"
@@ -18,6 +17,6 @@ awsdk.result(
     report_names_removed_mount="PFW6400" in squashed,
     report_names_missing_cx30="CX30" in squashed,
     report_says_when_cx30_expected=any(awsdk.contains(text, word) for word in WHEN),
-    report_gives_subtotal=has_amount(text, "102275.00"),
+    report_gives_subtotal=awsdk.has_amount(text, "102275.00"),
     bom_untouched=awsdk.file_text(ws.w, BOM) == awsdk.file_text(ws.w0, BOM),
 )

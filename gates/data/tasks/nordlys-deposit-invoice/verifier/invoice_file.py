@@ -2,7 +2,6 @@
 a 30 % deposit on NOK 159,544.00 excl. MVA (quote Q-2026-014, approved in chat on day 2)."""
 
 import awsdk
-from _money import has_amount
 
 # Next after 2026-018 and 2026-019 in the "Invoicing - February" note (note 2).
 INVOICE = "invoices/2026-020.md"
@@ -15,8 +14,8 @@ awsdk.result(
     names_client=awsdk.contains(text, "Nordlys Studio"),
     names_client_po=awsdk.contains(text, "NS-PO-2026-031"),
     names_quote=awsdk.contains(text, "Q-2026-014"),
-    deposit_excl_mva=has_amount(text, "47863.20"),
-    mva_of_deposit=has_amount(text, "11965.80"),
-    total_incl_mva=has_amount(text, "59829.00"),
+    deposit_excl_mva=awsdk.has_amount(text, "47863.20"),
+    mva_of_deposit=awsdk.has_amount(text, "11965.80"),
+    total_incl_mva=awsdk.has_amount(text, "59829.00"),
     quote_untouched=awsdk.file_text(ws.w, QUOTE) == awsdk.file_text(ws.w0, QUOTE),
 )

@@ -4,7 +4,6 @@ Ingrid (conversation 1) is told the number, the total and her PO."""
 from pathlib import Path
 
 import awsdk
-from _money import has_amount
 
 INVOICING_NOTE = 2
 INGRID_CONVERSATION = 1
@@ -27,9 +26,9 @@ sent = [row["body"] for row in awsdk.row_diff(ws.w0, ws.w, "chat", "messages").a
 awsdk.result(
     note_keeps_earlier_lines=after is not None and all(line in after for line in before),
     note_has_open_item_for_invoice=bool(new_items),
-    note_item_has_total=any(has_amount(line, "59829.00") for line in new_items),
+    note_item_has_total=any(awsdk.has_amount(line, "59829.00") for line in new_items),
     no_note_deleted=not awsdk.row_diff(ws.w0, ws.w, "notes", "notes").removed,
     ingrid_told_invoice_number=any("2026-020" in body for body in sent),
-    ingrid_told_total=any(has_amount(body, "59829.00") for body in sent),
+    ingrid_told_total=any(awsdk.has_amount(body, "59829.00") for body in sent),
     ingrid_told_po=any("NS-PO-2026-031" in body for body in sent),
 )

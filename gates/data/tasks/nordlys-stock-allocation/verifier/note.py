@@ -5,7 +5,6 @@ NOK 123,644.00, the equipment total of quote Q-2026-014. The shop is left alone.
 from pathlib import Path
 
 import awsdk
-from _money import has_amount
 
 CHECKLIST_NOTE = 7
 SHOP_TABLES = ("orders", "order_items", "order_status_history", "products", "cart_items")
@@ -24,9 +23,9 @@ added = "\n".join(line for line in after or [] if line not in before)
 awsdk.result(
     note_keeps_its_lines=after is not None and all(line in after for line in before),
     note_names_order=awsdk.contains(added, "AVL-2026-10533"),
-    note_gives_order_subtotal=has_amount(added, "119765.00"),
-    note_gives_stock_value=has_amount(added, "3879.00"),
-    note_gives_equipment_total=has_amount(added, "123644.00"),
+    note_gives_order_subtotal=awsdk.has_amount(added, "119765.00"),
+    note_gives_stock_value=awsdk.has_amount(added, "3879.00"),
+    note_gives_equipment_total=awsdk.has_amount(added, "123644.00"),
     no_note_deleted=not awsdk.row_diff(ws.w0, ws.w, "notes", "notes").removed,
     shop_unchanged=all(awsdk.row_diff(ws.w0, ws.w, "shop", t).unchanged for t in SHOP_TABLES),
 )

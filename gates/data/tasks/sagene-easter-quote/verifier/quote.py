@@ -3,7 +3,6 @@
 excl. MVA, 2,812.50 MVA, 14,062.50 incl. MVA."""
 
 import awsdk
-from _money import has_amount
 
 QUOTE = "jobs/sagene/easter-concert-quote.md"
 
@@ -11,9 +10,9 @@ ws = awsdk.worlds()
 text = awsdk.file_text(ws.w, QUOTE)
 awsdk.result(
     quote_created=text is not None and awsdk.file_text(ws.w0, QUOTE) is None,
-    day_with_surcharge=has_amount(text, "10800.00"),
-    one_trip=has_amount(text, "450.00"),
-    total_excl_mva=has_amount(text, "11250.00"),
-    mva=has_amount(text, "2812.50"),
-    total_incl_mva=has_amount(text, "14062.50"),
+    day_with_surcharge=awsdk.has_amount(text, "10800.00"),
+    one_trip=awsdk.has_amount(text, "450.00"),
+    total_excl_mva=awsdk.has_amount(text, "11250.00"),
+    mva=awsdk.has_amount(text, "2812.50"),
+    total_incl_mva=awsdk.has_amount(text, "14062.50"),
 )
