@@ -10,6 +10,7 @@ tool returned.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ WORK_ORDER = "jobs/nordlys/workorder-mats.md"
 
 def code_rule(when: dict[str, Any], verdict: str) -> dict[str, Any]:
     return {"when": {"has_tools": False, **when},
-            "reply": {"content": '{"verdict": "%s", "reasoning": "scripted"}' % verdict}}
+            "reply": {"content": json.dumps({"verdict": verdict, "reasoning": "scripted"})}}
 
 
 def agent_rules() -> list[dict[str, Any]]:
