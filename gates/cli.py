@@ -98,6 +98,7 @@ def task_verify(ctx: click.Context, task_dir: Path, episode_id: str, answer: str
         from envs.episode import apply_effects
         from envs.episodes_store import load_episode
         from gates.contract import to_json
+        from gates.rollout import task_w0
         from gates.task import SPEC_FILE, load_task
         from gates.verifier import run_verifier
         from worldstore.errors import TaskError
@@ -109,8 +110,7 @@ def task_verify(ctx: click.Context, task_dir: Path, episode_id: str, answer: str
             raise TaskError(f"episode {episode_id} starts from world {episode.world_hash}, "
                             f"the task from {loaded.spec.world_hash}",
                             file=str(loaded.path / SPEC_FILE), field="world_hash")
-        record = worlds.resolve(loaded.spec.world)
-        w0 = worlds.snapshot(record.persona, record.day)
+        w0 = task_w0(worlds, loaded)
         with worlds.mount(episode.world_hash) as mount:
             apply_effects(mount, episode.events)
             mount.hash()

@@ -26,6 +26,7 @@ from gates.contract import (
     Judgement,
     Rollout,
 )
+from gates.rollout import task_w0
 from gates.task import Task
 from gates.verifier import run_verifier, verifier_digests
 from worldstore.errors import ConfigError
@@ -132,8 +133,7 @@ def judge_consistency(task: Task, rollouts: Sequence[Rollout], judges: Judges) -
 def initially_unsatisfied(env: Environment, task: Task) -> GateResult:
     """Gate 2: V(W0, W0, empty answer) = 0, from a verifier that ran cleanly."""
     gate = GATES[1]
-    record = env.worlds.resolve(task.spec.world)
-    w0 = env.worlds.snapshot(record.persona, record.day)
+    w0 = task_w0(env.worlds, task)
     verdict = run_verifier(task.verifier_dir, w0, w0, "")
     evidence = {"checks": [[c.script, c.name, c.passed] for c in verdict.checks],
                 "errors": verdict.errors}
@@ -256,8 +256,7 @@ def _rerun_verifier(env: Environment, task: Task, rollout: Rollout, verifier_dir
     from envs.episodes_store import load_episode
 
     episode = load_episode(env.worlds, rollout.episode_id)
-    record = env.worlds.resolve(task.spec.world)
-    w0 = env.worlds.snapshot(record.persona, record.day)
+    w0 = task_w0(env.worlds, task)
     with env.worlds.mount(episode.world_hash) as mount:
         apply_effects(mount, episode.events)
         mount.hash()  # settles journals before the verifier reads W

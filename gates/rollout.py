@@ -4,6 +4,7 @@ verdict on (W0, W, answer), and the episode saved to the world store."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 
@@ -14,6 +15,7 @@ from gates.agents import Agent, scripted
 from gates.contract import Interface, Rollout, Verdict
 from gates.task import SPEC_FILE, Task
 from gates.verifier import run_verifier
+from replay.engine import Worlds
 from worldstore.canonical import digest_of
 from worldstore.errors import TaskError
 
@@ -36,22 +38,27 @@ def run_rollout(env: Environment, task: Task, agent: Agent, *, hinted: bool,
 
 def open_task_instance(env: Environment, task: Task) -> Instance:
     """An instance of the task's world; refuses a world whose hash is not the task's."""
-    instance = env.open(task.spec.world)
-    if instance.record.world_hash != task.spec.world_hash:
-        instance.close()
-        raise TaskError(
-            f"{task.spec.world} has world hash {instance.record.world_hash} in this store, "
-            f"not {task.spec.world_hash}: the task was written for another world",
-            file=str(task.path / SPEC_FILE), field="world_hash")
-    return instance
+    task_w0(env.worlds, task)
+    return env.open(task.spec.world_hash)
 
 
 def grade(env: Environment, task: Task, instance: Instance, answer: str | None) -> Verdict:
     """V(W0, W, a) with W0 the task's snapshot and W the instance as it is now."""
     instance.hash()  # closes the instance's connections and copies every part: W is whole
-    record = instance.record
-    w0 = env.worlds.snapshot(record.persona, record.day)
-    return run_verifier(task.verifier_dir, w0, instance.mount.path, answer)
+    return run_verifier(task.verifier_dir, task_w0(env.worlds, task), instance.mount.path,
+                        answer)
+
+
+def task_w0(worlds: Worlds, task: Task) -> Path:
+    """The task's start world W0 (a read-only cached snapshot); refuses a store where the
+    task's persona@day is not the world the task was written for."""
+    record = worlds.resolve(task.spec.world)
+    if record.world_hash != task.spec.world_hash:
+        raise TaskError(
+            f"{task.spec.world} has world hash {record.world_hash} in this store, not "
+            f"{task.spec.world_hash}: the task was written for another world",
+            file=str(task.path / SPEC_FILE), field="world_hash")
+    return worlds.snapshot(record.persona, record.day)
 
 
 def interfaces_used(episode: Episode) -> list[Interface]:

@@ -289,3 +289,12 @@ def test_the_gym_wrapper_rewards_with_the_tasks_verifier(env: Environment) -> No
     gym.close()
     assert rewards[0] == 1.0  # all checks: min(1, 1 + 0.1)
     assert 0.0 < rewards[1] < 0.1  # the shortcut: V = 0, partial credit only
+
+
+def test_a_task_for_another_world_is_refused_before_anything_runs(env: Environment,
+                                                                  tmp_path: Path) -> None:
+    from worldstore.errors import TaskError
+
+    task = planted(tmp_path, "elsewhere", {}, keep=True, spec={"world_hash": "0" * 32})
+    with pytest.raises(TaskError, match=r"task\.json.*another world.*field 'world_hash'"):
+        check(env, task)
