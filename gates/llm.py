@@ -298,7 +298,11 @@ def _first_message(messages: list[Message]) -> str:
 def _litellm() -> Any:
     # The env var must be set before the import: litellm fetches its cost map on import.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    try:
+        import litellm
+    except ImportError as exc:
+        raise ConfigError(f"a model is configured but litellm is not installed ({exc}): "
+                          "pip install 'agent-worlds[llm]'") from None
 
     litellm.suppress_debug_info = True
     return litellm
