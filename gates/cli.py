@@ -95,26 +95,17 @@ def task_verify(ctx: click.Context, task_dir: Path, episode_id: str, answer: str
     from worldstore import cli as base
 
     def run() -> None:
-        from envs.episode import apply_effects
         from envs.episodes_store import load_episode
         from gates.contract import to_json
-        from gates.rollout import task_w0
-        from gates.task import SPEC_FILE, load_task
+        from gates.rollout import episode_worlds
+        from gates.task import load_task
         from gates.verifier import run_verifier
-        from worldstore.errors import TaskError
 
         loaded = load_task(task_dir)
         worlds = base._worlds(ctx)
         episode = load_episode(worlds, episode_id)
-        if episode.world_hash != loaded.spec.world_hash:
-            raise TaskError(f"episode {episode_id} starts from world {episode.world_hash}, "
-                            f"the task from {loaded.spec.world_hash}",
-                            file=str(loaded.path / SPEC_FILE), field="world_hash")
-        w0 = task_w0(worlds, loaded)
-        with worlds.mount(episode.world_hash) as mount:
-            apply_effects(mount, episode.events)
-            mount.hash()
-            verdict = run_verifier(loaded.verifier_dir, w0, mount.path,
+        with episode_worlds(worlds, loaded, episode) as (w0, w):
+            verdict = run_verifier(loaded.verifier_dir, w0, w,
                                    answer if answer is not None else episode.answer)
         if as_json:
             sys.stdout.write(to_json(verdict).decode() + "\n")

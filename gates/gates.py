@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from envs.episodes_store import load_episode
 from envs.instance import Environment
 from envs.sandbox import give_to_sandbox
 from gates.contract import (
@@ -26,7 +27,7 @@ from gates.contract import (
     Judgement,
     Rollout,
 )
-from gates.rollout import task_w0
+from gates.rollout import episode_worlds, task_w0
 from gates.task import Task
 from gates.verifier import run_verifier, verifier_digests
 from worldstore.errors import ConfigError
@@ -252,16 +253,9 @@ def _rerun_verifier(env: Environment, task: Task, rollout: Rollout, verifier_dir
                     ) -> bool:
     """Re-run the verifier on the rollout's final world (re-derived from its episode) with
     its folder writable, as a judge investigating it would."""
-    from envs.episode import apply_effects
-    from envs.episodes_store import load_episode
-
     episode = load_episode(env.worlds, rollout.episode_id)
-    w0 = task_w0(env.worlds, task)
-    with env.worlds.mount(episode.world_hash) as mount:
-        apply_effects(mount, episode.events)
-        mount.hash()  # settles journals before the verifier reads W
-        verdict = run_verifier(verifier_dir, w0, mount.path, episode.answer,
-                               writable_verifier=True)
+    with episode_worlds(env.worlds, task, episode) as (w0, w):
+        verdict = run_verifier(verifier_dir, w0, w, episode.answer, writable_verifier=True)
     return verdict.passed
 
 

@@ -346,16 +346,11 @@ def rollout_worlds(worlds: Worlds, task: Task, episode_id: str
                    ) -> Iterator[tuple[Path, Path]]:
     """(W0, W) of a stored episode: the task's snapshot (read-only, shared) and a scratch
     mount of it with the episode's effects replayed, removed afterwards."""
-    from envs.episode import apply_effects
     from envs.episodes_store import load_episode
+    from gates.rollout import episode_worlds
 
-    episode = load_episode(worlds, episode_id)
-    record = worlds.resolve(task.spec.world)
-    initial = worlds.snapshot(record.persona, record.day)
-    with worlds.mount(episode.world_hash) as mount:
-        apply_effects(mount, episode.events)
-        mount.hash()  # settles journals and copies every lazy part: W is whole on disk
-        yield initial, mount.path
+    with episode_worlds(worlds, task, load_episode(worlds, episode_id)) as pair:
+        yield pair
 
 
 def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:

@@ -127,10 +127,8 @@ class LLMClient:
                  response_format: dict[str, Any] | None = None,
                  temperature: float = 0.0,
                  max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
-        model = self._require_model()
-        request = build_request(model, messages, tools, response_format, temperature,
-                                max_tokens)
-        key = request_hash(request)
+        key, request = self._request(messages, tools, response_format, temperature,
+                                     max_tokens)
         if self.mode == "replay":
             return self._replay(key, request)
         litellm = _litellm()
@@ -145,10 +143,8 @@ class LLMClient:
                         response_format: dict[str, Any] | None = None,
                         temperature: float = 0.0,
                         max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
-        model = self._require_model()
-        request = build_request(model, messages, tools, response_format, temperature,
-                                max_tokens)
-        key = request_hash(request)
+        key, request = self._request(messages, tools, response_format, temperature,
+                                     max_tokens)
         if self.mode == "replay":
             return self._replay(key, request)
         litellm = _litellm()
@@ -164,6 +160,15 @@ class LLMClient:
         return self.recordings / f"{key}.json"
 
     # --- internals ------------------------------------------------------------------
+
+    def _request(self, messages: Sequence[Message],
+                 tools: Sequence[dict[str, Any]] | None,
+                 response_format: dict[str, Any] | None, temperature: float,
+                 max_tokens: int) -> tuple[str, dict[str, Any]]:
+        """The canonical request of a call and its content hash (the recording's key)."""
+        request = build_request(self._require_model(), messages, tools, response_format,
+                                temperature, max_tokens)
+        return request_hash(request), request
 
     def _require_model(self) -> str:
         if self.model is None:

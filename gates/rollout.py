@@ -3,12 +3,13 @@ verdict on (W0, W, answer), and the episode saved to the world store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 
-from envs.episode import Episode, ShellCall, ToolCall
+from envs.episode import Episode, ShellCall, ToolCall, apply_effects
 from envs.episodes_store import save_episode
 from envs.instance import Environment, Instance
 from gates.agents import Agent, scripted
@@ -18,6 +19,7 @@ from gates.verifier import run_verifier
 from replay.engine import Worlds
 from worldstore.canonical import digest_of
 from worldstore.errors import TaskError
+from worldstore.store import DayRecord
 
 
 def run_rollout(env: Environment, task: Task, agent: Agent, *, hinted: bool,
@@ -38,7 +40,7 @@ def run_rollout(env: Environment, task: Task, agent: Agent, *, hinted: bool,
 
 def open_task_instance(env: Environment, task: Task) -> Instance:
     """An instance of the task's world; refuses a world whose hash is not the task's."""
-    task_w0(env.worlds, task)
+    _task_record(env.worlds, task)
     return env.open(task.spec.world_hash)
 
 
@@ -49,16 +51,38 @@ def grade(env: Environment, task: Task, instance: Instance, answer: str | None) 
                         answer)
 
 
+@contextlib.contextmanager
+def episode_worlds(worlds: Worlds, task: Task, episode: Episode
+                   ) -> Iterator[tuple[Path, Path]]:
+    """(W0, W) of a stored episode of `task`: the task's snapshot (read-only, shared) and a
+    scratch mount of it with the episode's effects replayed, removed afterwards. Refuses an
+    episode that did not start from the task's world."""
+    if episode.world_hash != task.spec.world_hash:
+        raise TaskError(f"episode {episode.episode_id} starts from world "
+                        f"{episode.world_hash}, the task from {task.spec.world_hash}",
+                        file=str(task.path / SPEC_FILE), field="world_hash")
+    w0 = task_w0(worlds, task)
+    with worlds.mount(episode.world_hash) as mount:
+        apply_effects(mount, episode.events)
+        mount.hash()  # settles journals and copies every lazy part: W is whole on disk
+        yield w0, mount.path
+
+
 def task_w0(worlds: Worlds, task: Task) -> Path:
     """The task's start world W0 (a read-only cached snapshot); refuses a store where the
     task's persona@day is not the world the task was written for."""
+    record = _task_record(worlds, task)
+    return worlds.snapshot(record.persona, record.day)
+
+
+def _task_record(worlds: Worlds, task: Task) -> DayRecord:
     record = worlds.resolve(task.spec.world)
     if record.world_hash != task.spec.world_hash:
         raise TaskError(
             f"{task.spec.world} has world hash {record.world_hash} in this store, not "
             f"{task.spec.world_hash}: the task was written for another world",
             file=str(task.path / SPEC_FILE), field="world_hash")
-    return worlds.snapshot(record.persona, record.day)
+    return record
 
 
 def interfaces_used(episode: Episode) -> list[Interface]:
