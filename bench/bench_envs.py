@@ -1,6 +1,6 @@
 """Environments: tool-call latency by path, instance open + reset, many instances at once.
 
-On the bundled demo world (``worldstore/data/demo/lars.jsonl``, instances of ``lars@7``,
+On the bundled demo world (``packs/demo/world/lars.jsonl``, instances of ``lars@7``,
 four services, ~270 kB), with the shipped apps:
 
 1. **Tool-call latency** of a read (``notes_get_note``) and a write (``notes_update_note``,
@@ -13,8 +13,8 @@ four services, ~270 kB), with the shipped apps:
      on a FastMCP server holding the same tool functions (same schemas and validation),
      built with ``Tool.from_function`` over a plain function on one apsw connection, with
      no recording (``bench/awm_server.py: plain_server``);
-   * ``Instance.call_tool`` (sync; it hands the call to the private event-loop thread) and
-     ``await Instance.acall_tool`` (async, in the caller's loop);
+   * ``Instance.call_tool`` (sync, in the caller's thread) and ``await Instance.acall_tool``
+     (async, in the caller's loop): the instance's one dispatch, no FastMCP server in it;
    * the in-memory MCP client: ``fastmcp.Client(instance_server(inst))``, and the same
      client on the plain server of (b) (what the MCP client path costs without us);
    * streamable HTTP on loopback (server in its own process, uvicorn, access log off):
@@ -86,7 +86,7 @@ from _common import (
 )
 from awm_server import NOW, plain_server
 
-DEMO = REPO / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 REF = "lars@7"
 NOTE = 4  # the note read and written in the latency rows
 READ, WRITE = "notes_get_note", "notes_update_note"
@@ -770,10 +770,10 @@ def run(a: argparse.Namespace) -> Report:
         "cores are shared by both.",
         f"Open + reset: spread (min..max s) {data2['spread']}; the process-per-instance "
         f"starts took {spread([s['s'] for s in data2['awm_starts']])} s.",
-        "Many instances: a FastMCP call yields to the event loop a few times (anyio "
-        "checkpoints), so with every agent ready at once a call's latency is mostly its wait "
-        "for the other agents' calls: p50 is about half a turn of all of them; the loop time "
-        "per call (total / calls) is the cost of a call under this load. The RSS an instance "
+        "Many instances: a call of a shipped app's tool runs to its end without yielding to "
+        "the event loop (no FastMCP server in the call), so a call's latency is mostly its own "
+        "run (plus, for writes, the first-write copy); the loop time per call "
+        "(total / calls) is the cost of a call under this load. The RSS an instance "
         "adds is mostly SQLite's, per connection (one per service used: prepared-statement "
         "cache, page cache, lookaside, schema).",
     ]

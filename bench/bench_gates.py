@@ -1,6 +1,6 @@
 """The gate runner's own cost per task, model time excluded.
 
-For each demo task (``gates/data/tasks``), ``check_task`` with the six default scripted
+For each demo task (``packs/demo/tasks``), ``check_task`` with the six default scripted
 rollouts (gates 1 and 5 find no model and do only their model-free parts) is timed against
 the work it cannot avoid, measured in the same run and interleaved with it:
 
@@ -24,15 +24,15 @@ from pathlib import Path
 
 from _common import REPO, Report, Row, fmt_s, interleave, median
 
-DEMO = REPO / "worldstore" / "data" / "demo" / "lars.jsonl"
-TASKS = REPO / "gates" / "data" / "tasks"
+DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
+TASKS = REPO / "packs" / "demo" / "tasks"
 B = "gates"
 
 
 def run(rounds: int, only: int | None) -> Report:
     from envs.instance import Environment
     from gates.agents import scripted
-    from gates.gates import GateRun, check_task
+    from gates.quality import GateRun, check_task
     from gates.rollout import SCRIPTED_SET, scripted_rollouts
     from gates.task import load_task
     from gates.verifier import run_verifier

@@ -43,7 +43,7 @@ from _common import (
     world_file,
 )
 
-import replay.materialize as materialize
+import replay.fold as materialize
 from replay.apply import WorldBuilder
 from replay.engine import Worlds
 from replay.hashing import hash_world
@@ -111,7 +111,7 @@ def raw_apply(ops: list[tuple[str, Any, Any]], root: Path) -> None:
 
 
 def apply_without_hashing(worlds: Worlds, root: Path) -> None:
-    """The replay fold minus the per-day hash and cache step (see replay.materialize)."""
+    """The replay fold minus the per-day hash and cache step (see replay.fold)."""
     builder = WorldBuilder(root, worlds.store.blob)
     current = None
     try:

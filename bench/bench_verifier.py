@@ -43,7 +43,7 @@ from typing import Any
 
 from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, median, remove, spread
 
-DEMO = REPO / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 REF = "lars@7"
 TARGET_S = 0.100
 B = "verifier"

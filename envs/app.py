@@ -31,17 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import apsw
-from fastmcp.exceptions import ToolError as McpToolError
 
+from envs.errors import ToolError
 from worldstore.canonical import digest
+
+__all__ = ["CURRENT_USER", "App", "Runner", "ToolContext", "ToolError", "ToolSpec", "bind"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 CURRENT_USER = 1
-
-
-class ToolError(McpToolError):
-    """A refusal the agent sees as an error result (missing row, bad state, ...); its
-    message reaches the agent verbatim."""
 
 
 @dataclass(frozen=True)

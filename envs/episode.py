@@ -68,6 +68,8 @@ class Episode(msgspec.Struct, kw_only=True):
     events: list[EpisodeEvent] = msgspec.field(default_factory=list)
     final_hash: str | None = None
     answer: str | None = None  # the agent's final answer, when it gave one (for verifiers)
+    task: str | None = None  # the task a rollout ran it for (its task_id), if any
+    agent: str | None = None  # the agent that ran it (e.g. "scripted:reference"), if known
 
     @property
     def calls(self) -> list[ToolCall | ShellCall]:

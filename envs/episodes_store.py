@@ -12,14 +12,16 @@ onto a fresh mount of that snapshot, give the recorded final hash.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
 
-from envs.episode import Episode, apply_effects
+from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall, apply_effects
+from replay.errors import IntegrityError
 from worldstore.canonical import digest_of
-from worldstore.errors import IntegrityError, WorldError
+from worldstore.errors import WorldError
 from worldstore.store import EpisodeRecord
 
 if TYPE_CHECKING:
@@ -60,8 +62,13 @@ def save_episode(worlds: Worlds, item: Instance | Episode) -> str:
 def content_id(episode: Episode) -> str:
     """A stored episode is named by what it holds (its start, calls, effects and answer),
     so ids never collide across processes and saving the same episode twice is a no-op."""
-    return digest_of(["episode", episode.world_hash, episode.persona, episode.day,
-                      msgspec.json.encode(episode.events), episode.answer])
+    parts: list[object] = ["episode", episode.world_hash, episode.persona, episode.day,
+                           msgspec.json.encode(episode.events), episode.answer]
+    if episode.task is not None or episode.agent is not None:
+        # Who ran it for which task is part of what it holds: two agents that happen to
+        # make the same calls leave two episodes (ids of untagged episodes are unchanged).
+        parts += [episode.task, episode.agent]
+    return digest_of(parts)
 
 
 def load_episode(worlds: Worlds, episode_id: str) -> Episode:
@@ -127,6 +134,14 @@ def verify_episode(worlds: Worlds, episode_id: str) -> tuple[bool, str]:
     return True, f"{where}: replays to the recorded final hash {replayed}"
 
 
+def verify_episodes(worlds: Worlds, episode_ids: list[str] | None = None
+                    ) -> list[tuple[bool, str]]:
+    """``verify_episode`` of each named episode, or of every stored one (by id)."""
+    ids = episode_ids if episode_ids is not None else [
+        r.episode_id for r in worlds.store.episodes()]
+    return [verify_episode(worlds, episode_id) for episode_id in ids]
+
+
 def _disagreements(record: EpisodeRecord, episode: Episode) -> str:
     body = episode_record(episode)
     wrong = [
@@ -137,5 +152,85 @@ def _disagreements(record: EpisodeRecord, episode: Episode) -> str:
     return "; ".join(wrong)
 
 
-__all__ = ["decode_episode", "episode_record", "load_episode", "replay_episode",
-           "save_episode", "verify_episode"]
+# --- summaries (what `worldctl episode show|list` print) ------------------------------------
+
+
+def call_failed(call: ToolCall | ShellCall) -> bool:
+    """What counts as a failed call: a tool call whose result is an error; a shell command
+    that timed out or exited non-zero."""
+    if isinstance(call, ToolCall):
+        return call.is_error
+    return call.timed_out or call.exit_code != 0
+
+
+@dataclass(frozen=True)
+class CallSummary:
+    """One call of an episode: what was called, whether it failed, its effects (``db
+    SERVICE`` / ``file PATH``) and its response (a tool's text, a command's output)."""
+
+    index: int
+    ts: str
+    call: str  # the tool's name, or "$ COMMAND"
+    failed: bool
+    effects: tuple[str, ...]
+    response: str
+
+
+@dataclass(frozen=True)
+class EpisodeSummary:
+    """A stored episode at a glance: where it started and ended, who ran it for which task,
+    its calls and how many failed, and how many effects it had."""
+
+    episode_id: str
+    persona: str
+    day: int
+    world_hash: str
+    final_hash: str | None  # the stored record's
+    task: str | None
+    agent: str | None
+    calls: tuple[CallSummary, ...]
+    n_errors: int
+    n_db_changes: int
+    n_file_changes: int
+
+    @property
+    def n_calls(self) -> int:
+        return len(self.calls)
+
+
+def summarize_episode(record: EpisodeRecord) -> EpisodeSummary:
+    """The summary of a stored episode; IntegrityError if its body is bad."""
+    episode = decode_episode(record)
+    effects: dict[int, list[str]] = {}
+    for event in episode.events:
+        if isinstance(event, DbChange):
+            effects.setdefault(event.index, []).append(f"db {event.service}")
+        elif isinstance(event, FileChange):
+            effects.setdefault(event.index, []).append(f"file {event.path}")
+    calls = tuple(
+        CallSummary(index=c.index, ts=c.ts,
+                    call=c.tool if isinstance(c, ToolCall) else f"$ {c.command}",
+                    failed=call_failed(c), effects=tuple(effects.get(c.index, [])),
+                    response=c.text if isinstance(c, ToolCall) else (c.stdout or c.stderr))
+        for c in episode.calls)
+    return EpisodeSummary(
+        episode_id=record.episode_id, persona=episode.persona, day=episode.day,
+        world_hash=episode.world_hash, final_hash=record.final_hash, task=episode.task,
+        agent=episode.agent, calls=calls, n_errors=sum(c.failed for c in calls),
+        n_db_changes=sum(isinstance(e, DbChange) for e in episode.events),
+        n_file_changes=sum(isinstance(e, FileChange) for e in episode.events))
+
+
+def list_episodes(worlds: Worlds, *, task: str | None = None, agent: str | None = None
+                  ) -> list[EpisodeSummary]:
+    """Every stored episode (sorted by id), or those of `task` and/or `agent` (as recorded
+    by the rollout that ran them: a task id, an agent name such as
+    ``scripted:reference``)."""
+    summaries = [summarize_episode(record) for record in worlds.store.episodes()]
+    return [s for s in summaries
+            if (task is None or s.task == task) and (agent is None or s.agent == agent)]
+
+
+__all__ = ["CallSummary", "EpisodeSummary", "call_failed", "decode_episode",
+           "episode_record", "list_episodes", "load_episode", "replay_episode",
+           "save_episode", "summarize_episode", "verify_episode", "verify_episodes"]

@@ -51,9 +51,12 @@ from urllib.parse import urlsplit
 import msgspec
 from fastmcp.server.http import StarletteWithLifespan
 
-from envs.instance import Environment, Instance, ToolResult
+from envs.contract import ToolResult
+from envs.errors import GatewayError
+from envs.instance import Environment, Instance
 from envs.mcp import Mode, instance_server
-from worldstore.errors import InputError, IntegrityError, NotFoundError, WorldError
+from replay.errors import IntegrityError
+from worldstore.errors import InputError, NotFoundError, WorldError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -65,10 +68,6 @@ DEFAULT_PORT = 8765
 MAX_BODY = 64 * 1024
 MODES: tuple[str, ...] = get_args(Mode)
 log = logging.getLogger("agentworlds.gateway")
-
-
-class GatewayError(WorldError):
-    """The gateway refuses a configuration (an open bind without a token, bad limits)."""
 
 
 class _HttpError(Exception):
@@ -155,7 +154,7 @@ class _Hosted:
             instance = self.instance
             try:
                 return await asyncio.wrap_future(self.workers.submit(
-                    lambda loop: loop.run_until_complete(instance.acall_tool(name, arguments))))
+                    lambda: instance.call_tool(name, arguments)))
             except WorldError as exc:
                 return ToolResult(True, str(exc))
             except Exception as exc:
@@ -207,12 +206,12 @@ class _Hosted:
                 await asyncio.to_thread(self.instance.close)
 
 
-_Job = Callable[[asyncio.AbstractEventLoop], Any]
+_Job = Callable[[], Any]
 
 
 class _Workers:
-    """Threads that run tool calls, each on an event loop of its own, started as needed up
-    to `size`. Daemon threads: a tool that never returns cannot keep the process alive."""
+    """Threads that run tool calls (the instance's synchronous dispatch), started as needed
+    up to `size`. Daemon threads: a tool that never returns cannot keep the process alive."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -234,18 +233,14 @@ class _Workers:
         return future
 
     def _work(self) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            while (item := self._jobs.get()) is not None:
-                job, future = item
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(job(loop))
-                    except BaseException as exc:
-                        future.set_exception(exc)
-                self._idle.release()
-        finally:
-            loop.close()
+        while (item := self._jobs.get()) is not None:
+            job, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as exc:
+                    future.set_exception(exc)
+            self._idle.release()
 
     def shutdown(self) -> None:
         """Let every thread end after its current job."""

@@ -13,14 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from envs.errors import ResetNeeded
 from envs.instance import Environment, Instance
-from worldstore.errors import WorldError
 
 RewardFn = Callable[[Instance, str], float]
-
-
-class ResetNeeded(WorldError):
-    """step() was called before reset() or after the episode ended."""
 
 
 class WorldEnv:

@@ -4,61 +4,55 @@ and a shell, with every call recorded as an episode.
 ``Environment`` opens instances of ``persona@day`` (or of a world hash) from a ``Worlds``
 store. An ``Instance`` owns a mount of the snapshot, one SQLite connection per service,
 a deterministic clock (it starts at the snapshot's last timestamp and advances one second
-per call) and the episode. Tools of shipped apps run in this process; the shell runs in
-the sandbox.
+per call) and the episode. The shell runs in the sandbox.
+
+A tool call has one dispatch (``call_tool``, or ``acall_tool`` on an event loop): the
+instance takes the call's index and clock (``envs.contract.CallContext``), finds the tool
+and runs it: a shipped app's here (``envs.dispatch``: validate the arguments against its
+schema, run it on this instance's database, encode the result), a carried app's in its
+sandboxed worker, which receives the clock and does the same; then the call and its effects
+join the episode. MCP servers (``envs.mcp``) call this dispatch; nothing else sits between.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import itertools
 import threading
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import apsw
 import msgspec
-from fastmcp import FastMCP
-from fastmcp.exceptions import NotFoundError as McpNotFound
-from fastmcp.exceptions import ToolError as McpToolError
-from fastmcp.exceptions import ValidationError as McpValidationError
-from fastmcp.tools import Tool
-from mcp.types import ToolAnnotations
 
-from envs.app import App, ToolSpec, bind
+from envs.app import App, ToolSpec
+from envs.apps import SHIPPED
+from envs.contract import CallClock, CallContext, ToolInfo, ToolResult
+from envs.dispatch import (
+    CompiledTool,
+    compile_app,
+    open_snapshot_tool_db,
+    open_tool_db,
+    tool_failure,
+)
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.execute import execute_tool, open_snapshot_tool_db, open_tool_db
+from envs.errors import AppLoadError, AppPinError, InstanceClosed
+from envs.sandbox import run_sandboxed
+from envs.worker_pool import RemoteApp, RemoteTool, WorkerPool
 from replay.diff import WorldDiff
-from replay.engine import Worlds, ref_is_stable
+from replay.engine import Worlds
 from replay.hashing import file_digest
 from replay.layout import iter_apps, iter_workspace, service_db
 from replay.mount import Mount
 from worldstore.canonical import digest_of
-from worldstore.errors import WorldError
-from worldstore.names import ts_millis
 from worldstore.store import DayRecord
 
-if TYPE_CHECKING:
-    from envs.workers import RemoteApp, WorkerPool
+__all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "read_pins"]
 
-T = TypeVar("T")
-_CURRENT: contextvars.ContextVar[Instance] = contextvars.ContextVar("agentworlds_instance")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
-_TOOLS_FOR_APPS: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], ToolSet]] = {}
-_TOOLS_LOCK = threading.Lock()
-
-
-class InstanceClosed(WorldError):
-    """A call on an instance that was closed."""
-
-
-class AppPinError(WorldError):
-    """A world pins app code that this installation cannot serve."""
+_TABLES: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], _ToolTable]] = {}
+_TABLES_LOCK = threading.Lock()
 
 
 def read_pins(root: Path) -> dict[str, dict[str, Any]]:
@@ -72,78 +66,31 @@ def read_pins(root: Path) -> dict[str, dict[str, Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolInfo:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None
-    writes: bool
+class _ToolTable:
+    """The tools of one set of apps by name, built once and shared by every instance that
+    the same apps serve: a shipped app's run here, a carried app's in its worker."""
 
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What the agent sees: text (JSON for structured results), and an error flag."""
-
-    is_error: bool
-    text: str
-    structured: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSet:
-    """The tools of a set of apps: one FastMCP server (schemas, argument validation) shared
-    by every instance; each call runs against the instance in the current context."""
-
-    server: FastMCP
+    tools: dict[str, CompiledTool | RemoteTool]
     specs: dict[str, ToolSpec]
     infos: list[ToolInfo]
 
 
-def tool_set(apps: list[App | RemoteApp]) -> ToolSet:
+def _tool_table(apps: list[App | RemoteApp]) -> _ToolTable:
     key = tuple(sorted(id(a) for a in apps))
-    with _TOOLS_LOCK:
-        found = _TOOLS_FOR_APPS.get(key)
+    with _TABLES_LOCK:
+        found = _TABLES.get(key)
         if found is None:
-            found = _TOOLS_FOR_APPS[key] = (tuple(apps), _build_tool_set(apps))
+            found = _TABLES[key] = (tuple(apps), _build_table(apps))
     return found[1]
 
 
-def _build_tool_set(apps: list[App | RemoteApp]) -> ToolSet:
-    _quiet_fastmcp()
-    server = FastMCP("agent-worlds")
-    specs: dict[str, ToolSpec] = {}
-    infos = []
+def _build_table(apps: list[App | RemoteApp]) -> _ToolTable:
+    tools: dict[str, CompiledTool | RemoteTool] = {}
     for app in sorted(apps, key=lambda a: a.service):
-        if not isinstance(app, App):  # carried code: tools served by its sandboxed worker
-            for spec, remote in app.tools():
-                server.add_tool(remote)
-                specs[spec.full_name] = spec
-                infos.append(ToolInfo(spec.full_name, spec.description, remote.parameters,
-                                      remote.output_schema, spec.writes))
-            continue
-        for spec in sorted(app.tools.values(), key=lambda s: s.name):
-            tool = Tool.from_function(
-                bind(spec, _run_in_current), name=spec.full_name,
-                description=spec.description, run_in_thread=False,
-                annotations=ToolAnnotations(read_only_hint=not spec.writes),
-            )
-            server.add_tool(tool)
-            specs[spec.full_name] = spec
-            infos.append(ToolInfo(spec.full_name, spec.description, tool.parameters,
-                                  tool.output_schema, spec.writes))
-    return ToolSet(server, specs, infos)
-
-
-def _quiet_fastmcp() -> None:
-    # FastMCP logs every failed call; for an RL environment a refused call is data the
-    # agent receives, not an operational error.
-    import logging
-
-    logging.getLogger("fastmcp").setLevel(logging.CRITICAL)
-
-
-def _run_in_current(spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-    return _CURRENT.get()._execute(spec, kwargs)
+        served = compile_app(app).values() if isinstance(app, App) else app.tools()
+        tools.update((tool.info.name, tool) for tool in served)
+    return _ToolTable(tools, {n: t.spec for n, t in tools.items()},
+                      [t.info for t in tools.values()])
 
 
 class Environment:
@@ -156,18 +103,11 @@ class Environment:
         against a world; never for training data). Instances are lazy mounts by default:
         opening one copies nothing, a service's database is copied on its first write and
         the workspace on the first shell command (``lazy=False`` copies all at open)."""
-        if apps is None:
-            from envs.apps import SHIPPED
-
-            apps = SHIPPED
         self.worlds = worlds
-        self.apps = dict(apps)
+        self.apps = dict(SHIPPED if apps is None else apps)
         self.check_pins = check_pins
         self.lazy = lazy
         self._ids = itertools.count(1)
-        # persona@N and world hashes always name the same stored day (Worlds.mount caches
-        # them the same way): resolve each once, not with two store queries per open.
-        self._records: dict[str, DayRecord] = {}
         self._pins: dict[str, dict[str, dict[str, Any]]] = {}
         self._pool: WorkerPool | None = None
 
@@ -185,11 +125,7 @@ class Environment:
         self.close()
 
     def open(self, ref: str) -> Instance:
-        record = self._records.get(ref)
-        if record is None:
-            record = self.worlds.resolve(ref)
-            if ref_is_stable(ref):
-                self._records[ref] = record
+        record = self.worlds.record(ref)
         mount = self.worlds.mount(record.world_hash, lazy=self.lazy)
         try:
             apps = self._apps_for(mount)
@@ -231,8 +167,6 @@ class Environment:
     def _carried(self, mount: Mount, service: str, pin: dict[str, Any]) -> RemoteApp:
         """A carried app, served by a sandboxed worker (shared by every instance whose
         world carries the same code); its code never runs in this process."""
-        from envs.workers import AppLoadError, WorkerPool
-
         code = (mount.snapshot / "apps" / f"{service}.py").read_text(encoding="utf-8")
         if self._pool is None:
             self._pool = WorkerPool()
@@ -251,11 +185,12 @@ class Instance:
         self.mount = mount
         self.record = record
         self.instance_id = instance_id
-        tools = tool_set(apps)
+        table = _tool_table(apps)
+        self._tools = table.tools
+        self.tools: dict[str, ToolSpec] = table.specs
+        self._infos = table.infos
         self._remote = [a for a in apps if not isinstance(a, App)]
-        self.server, self.tools, self._infos = tools.server, tools.specs, tools.infos
         self._conns: dict[str, tuple[apsw.Connection, bool]] = {}
-        self._start = datetime.fromisoformat(record.last_ts[:-1]).replace(tzinfo=UTC)
         self._lock = threading.RLock()
         self._closed = False
         self._episode_count = 0
@@ -268,52 +203,33 @@ class Instance:
         return list(self._infos)
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
-        return _run(self.acall_tool(name, arguments))
+        """Call one tool, in this thread. A bad call (unknown tool, bad arguments, a
+        refusal) is an error result for the agent, never an exception."""
+        call = self._start_call(name, arguments)
+        return self._finish_call(call, self._dispatch(call))
 
     async def acall_tool(self, name: str, arguments: dict[str, Any] | None = None
                          ) -> ToolResult:
-        """Call one tool. A bad call (unknown tool, bad arguments, a refusal) is an error
-        result for the agent, never an exception."""
-        self._check_open()
-        arguments = dict(arguments or {})
-        index, ts = self._next_call()
-        spec = self.tools.get(name)
-        if spec is None:
-            result = ToolResult(True, f"Unknown tool {name!r}. Valid tools: "
-                                      f"{', '.join(sorted(self.tools))}")
+        """`call_tool` for an event loop: a shipped app's tool runs inline (SQLite, well
+        under a millisecond), a carried app's waits for its worker in a thread."""
+        call = self._start_call(name, arguments)
+        if isinstance(call.tool, RemoteTool):
+            result = await asyncio.to_thread(self._dispatch, call)
         else:
-            token = _CURRENT.set(self)
-            self._pending: list[DbChange] = []
-            try:
-                raw = await self.server.call_tool(name, arguments)
-                text = "".join(getattr(c, "text", "") for c in raw.content)
-                result = ToolResult(bool(getattr(raw, "is_error", False)), text,
-                                    raw.structured_content)
-            except (McpToolError, McpValidationError, McpNotFound) as exc:
-                result = ToolResult(True, str(exc))
-            finally:
-                _CURRENT.reset(token)
-        self.episode.events.append(ToolCall(
-            index=index, ts=ts, tool=name, arguments=arguments, is_error=result.is_error,
-            text=result.text, structured=result.structured,
-            writes=bool(spec and spec.writes)))
-        if spec is not None:
-            self.episode.events.extend(self._pending)
-            self._pending = []
-        return result
+            result = self._dispatch(call)
+        return self._finish_call(call, result)
 
     def shell(self, command: str, limits: Any = None) -> ShellCall:
         """Run `command` in the workspace inside the sandbox; file changes join the episode."""
-        from envs.sandbox import run_sandboxed
-
         self._check_open()
-        index, ts = self._next_call()
+        index = self._next_call()
         workspace = self.mount.workspace  # a lazy mount copies the workspace now
         before = _workspace_state(self.mount.path)
         outcome = run_sandboxed(command, workspace, limits)
-        call = ShellCall(index=index, ts=ts, command=command, exit_code=outcome.exit_code,
-                         stdout=outcome.stdout, stderr=outcome.stderr,
-                         truncated=outcome.truncated, timed_out=outcome.timed_out)
+        call = ShellCall(index=index, ts=self._clock(index).now, command=command,
+                         exit_code=outcome.exit_code, stdout=outcome.stdout,
+                         stderr=outcome.stderr, truncated=outcome.truncated,
+                         timed_out=outcome.timed_out)
         self.episode.events.append(call)
         self.episode.events.extend(_file_changes(self.mount.path, before, index))
         return call
@@ -349,24 +265,50 @@ class Instance:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- execution ------------------------------------------------------------------
+    # --- the one dispatch of a tool call ---------------------------------------------
 
-    def _execute(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
-        conn = self._connection(spec.service, writes=spec.writes)
-        call = self._call_index
-        # Seeded by the snapshot and the call's position only: the same calls on any
-        # instance of the same snapshot draw the same "random" values.
-        result, effect = execute_tool(
-            conn, spec, kwargs, millis=self._millis(call),
-            seed=f"{self.record.world_hash}:{call}", now=self._iso(call), call_index=call)
-        if effect is not None:
-            self._record_effect(spec.service, *effect)
+    def _start_call(self, name: str, arguments: dict[str, Any] | None) -> _PendingCall:
+        """The call's place in the episode, its clock and its tool (None: unknown)."""
+        self._check_open()
+        context = CallContext(self._clock(self._next_call()))
+        return _PendingCall(name, dict(arguments or {}), self._tools.get(name), context)
+
+    def _dispatch(self, call: _PendingCall) -> ToolResult:
+        """Run the call: a shipped app's tool here (it validates its arguments, then runs
+        on this instance's database), a carried app's in its sandboxed worker."""
+        tool = call.tool
+        if tool is None:
+            return ToolResult(True, f"Unknown tool {call.name!r}. Valid tools: "
+                                    f"{', '.join(sorted(self._tools))}")
+        if isinstance(tool, CompiledTool):
+            spec = tool.spec
+            return tool.call(lambda: self._connection(spec.service, writes=spec.writes),
+                             call.arguments, call.context)
+        return self._run_in_worker(tool, call.arguments, call.context)
+
+    def _run_in_worker(self, tool: RemoteTool, arguments: dict[str, Any],
+                       context: CallContext) -> ToolResult:
+        service = tool.spec.service
+        try:
+            db = service_db(self.mount.path, service)  # names it for forget, whatever is read
+            if tool.spec.writes:
+                self.mount.db_path(service)  # a lazy instance copies its database now
+            source = self.mount.read_db_path(service)
+        except Exception as exc:
+            return tool_failure(tool.info.name, exc)
+        return tool.call(arguments, context, db=db, source=source)
+
+    def _finish_call(self, call: _PendingCall, result: ToolResult) -> ToolResult:
+        """Record the call, then its effects, in the episode."""
+        index = call.context.clock.index
+        self.episode.events.append(ToolCall(
+            index=index, ts=call.context.clock.now, tool=call.name, arguments=call.arguments,
+            is_error=result.is_error, text=result.text, structured=result.structured,
+            writes=call.tool is not None and call.tool.spec.writes))
+        self.episode.events.extend(
+            DbChange(index=index, service=e.service, changeset=e.changeset,
+                     sequences=e.sequences) for e in call.context.effects)
         return result
-
-    def _record_effect(self, service: str, changeset: bytes,
-                       sequences: list[tuple[str, int]] | None) -> None:
-        self._pending.append(DbChange(index=self._call_index, service=service,
-                                      changeset=changeset, sequences=sequences))
 
     def _connection(self, service: str, *, writes: bool) -> apsw.Connection:
         """The service's connection: on the instance's own copy once the service has been
@@ -391,21 +333,16 @@ class Instance:
         for app in self._remote:  # carried apps keep their connections in their worker
             app.worker.forget(service_db(self.mount.path, app.service))
 
-    def _next_call(self) -> tuple[int, str]:
+    def _next_call(self) -> int:
         self._call_index += 1
-        return self._call_index, self._iso(self._call_index)
+        return self._call_index
 
-    def _millis(self, call: int) -> int:
-        return ts_millis(self.record.last_ts) + 1000 * call
-
-    def _iso(self, call: int) -> str:
-        moment = self._start + timedelta(seconds=call)
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    def _clock(self, index: int) -> CallClock:
+        return CallClock.of_call(self.record.last_ts, self.record.world_hash, index)
 
     def _new_episode(self) -> None:
         self._episode_count += 1
         self._call_index = 0
-        self._pending = []
         episode_id = digest_of([self.record.world_hash, self.instance_id, self._episode_count])
         self.episode = Episode(episode_id=episode_id, world_hash=self.record.world_hash,
                                persona=self.record.persona, day=self.record.day)
@@ -413,6 +350,16 @@ class Instance:
     def _check_open(self) -> None:
         if self._closed:
             raise InstanceClosed(f"instance {self.instance_id} is closed")
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingCall:
+    """A tool call between its start (index, clock) and its record in the episode."""
+
+    name: str
+    arguments: dict[str, Any]
+    tool: CompiledTool | RemoteTool | None
+    context: CallContext
 
 
 def _workspace_state(root: Path) -> dict[str, tuple[int, str, str | None]]:
@@ -433,25 +380,3 @@ def _file_changes(root: Path, before: dict[str, tuple[int, str, str | None]],
         data = None if link is not None else (root / "workspace" / path).read_bytes()
         written.append(FileChange(index=index, path=path, data=data, link=link))
     return deleted + written
-
-
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_LOCK = threading.Lock()
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from synchronous code on one private event-loop thread."""
-    global _LOOP
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        coro.close()
-        raise RuntimeError("use the async API (acall_tool) inside an event loop")
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            _LOOP = asyncio.new_event_loop()
-            threading.Thread(target=_LOOP.run_forever, name="agentworlds-loop",
-                             daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(coro, _LOOP).result()

@@ -6,10 +6,11 @@
 * ``"meta"``: AWM's two meta-tools: ``list_tools`` (every tool with name, description and
   input schema) and ``call_tool(tool_name, arguments)``.
 
-Either way every call goes through ``Instance.acall_tool``, so it is validated once more
-against the tool's schema, run against this instance only, and recorded in its episode.
-The server works with any MCP transport: in memory (``fastmcp.Client(server)``), stdio,
-or streamable HTTP (``server.http_app()``).
+This server is the only FastMCP layer of a call: its tools validate nothing and hand every
+call to the instance's one dispatch (``Instance.acall_tool``), which validates the
+arguments against the tool's schema, runs the tool against this instance only and records
+the call in its episode. The server works with any MCP transport: in memory
+(``fastmcp.Client(server)``), stdio, or streamable HTTP (``server.http_app()``).
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from fastmcp.tools import Tool, ToolResult
 from mcp.types import TextContent, ToolAnnotations
 from pydantic import Field
 
+from envs.contract import ToolResult as CallResult
 from envs.instance import Instance
-from envs.instance import ToolResult as CallResult
 
 Mode = Literal["tools", "meta"]
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallResult]]
 
 
 class _InstanceTool(Tool):
-    """A tool whose call is the instance's (recorded) call of the same name."""
+    """A tool whose call is the instance's (recorded) call of the same name: a plain
+    ``Tool``, so FastMCP passes the arguments on unchecked (the instance checks them)."""
 
     call: Any = None
 

@@ -5,6 +5,12 @@ its writable working directory ``/workspace`` and returns a ``ShellResult``. The
 bubblewrap where it works (``BubblewrapSandbox``), else Docker where an engine answers
 (``DockerSandbox``); ``default_sandbox()`` probes once and caches its choice.
 
+Every bubblewrap sandbox of the project (this shell, the verifier's runs through it, the
+carried-app workers of ``envs.worker_pool``) is declared as a ``SandboxPolicy`` and turned
+into its command line by the one function ``bwrap_argv``, which also holds what no policy
+can loosen. ``classify_limit`` names the limit that stopped a process, for the shell and
+for the verifier's scripts alike; ``kill_sandbox`` ends a bubblewrap sandbox.
+
 What a command sees under bubblewrap:
 
 * a new root holding only the system directories (``/usr``, ``/etc`` and the ``/bin``,
@@ -22,11 +28,11 @@ What a command sees under bubblewrap:
 * rlimits set by ``prlimit`` before bwrap starts: CPU seconds, address space, processes,
   file size, open files, no core dumps. They are per process (``max_procs`` per uid).
 
-As root the mounts are made by a privileged bwrap (which can reach a workspace under
-directories the sandbox uid cannot traverse, such as ``/root`` or pytest's 0700 tmp
-dirs); ``setpriv`` then drops to the sandbox uid, clears every capability and sets
-no-new-privs, and a second, unprivileged bwrap adds a user namespace with nested user
-namespaces disabled. As another user, one unprivileged bwrap does all of it.
+As root, a policy with a ``user`` has its mounts made by a privileged bwrap (which can reach
+a workspace under directories the sandbox uid cannot traverse, such as ``/root`` or
+pytest's 0700 tmp dirs); ``setpriv`` then drops to that uid, clears every capability and
+sets no-new-privs, and a second, unprivileged bwrap adds a user namespace with nested user
+namespaces disabled. Otherwise one unprivileged bwrap does all of it.
 
 The wall-clock timeout and an output flood (4x ``max_output_bytes`` on one stream) kill the
 whole sandbox: its pid 1 first, which tears down the pid namespace, then bwrap's group.
@@ -55,16 +61,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from worldstore.errors import SandboxError
+from envs.errors import SandboxError
 
 __all__ = [
+    "LIMIT_REASONS",
     "Bind",
     "BubblewrapSandbox",
     "DockerSandbox",
     "Limits",
+    "Rlimits",
     "Sandbox",
+    "SandboxPolicy",
+    "SandboxTools",
     "ShellResult",
+    "Tmpfs",
+    "bwrap_argv",
+    "classify_limit",
     "default_sandbox",
+    "find_sandbox_tools",
+    "give_to_sandbox",
+    "kill_sandbox",
     "run_sandboxed",
 ]
 
@@ -81,8 +97,18 @@ _HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Where the sandbox's own mounts live: a bind may sit neither on nor above nor under these.
 _RESERVED_TARGETS = ("/proc", "/dev", "/tmp", "/var", MOUNT_AT)
+# What classify_limit can answer, most certain first: the supervisor killed the process for
+# the first two itself; the others are read from how the process ended.
+LIMIT_REASONS = ("timeout", "output limit", "cpu", "file size", "memory", "processes")
+# What a process's stderr says when an rlimit stopped it (bash, coreutils, Python, C++).
+_CPU_MESSAGES = ("CPU time limit exceeded",)
+_FILE_SIZE_MESSAGES = ("File size limit exceeded",)
 _MEMORY_MESSAGES = ("MemoryError", "Cannot allocate memory", "out of memory",
                     "std::bad_alloc", "memory exhausted")
+# bash's words for a fork refused with EAGAIN, which is RLIMIT_NPROC. Python's bare
+# BlockingIOError is left out: it is just as much a non-blocking socket's.
+_PROCESS_MESSAGES = ("fork: retry: Resource temporarily unavailable",
+                     "fork: Resource temporarily unavailable")
 
 
 @dataclass(frozen=True)
@@ -113,8 +139,8 @@ class ShellResult:
 
     ``exit_code`` is the shell's status (128+N when killed by signal N) or None when the
     sandbox killed the command (timeout, output flood). ``killed_reason`` names the limit
-    that stopped it: "timeout" and "output limit" for certain; "cpu", "file size" and
-    "memory" inferred from the status and stderr (best effort).
+    that stopped it (``classify_limit``): "timeout" and "output limit" for certain; "cpu",
+    "file size", "memory" and "processes" inferred from the status and stderr (best effort).
     """
 
     exit_code: int | None
@@ -259,23 +285,37 @@ def _text(data: bytes, cut: bool, limit: int) -> str:
     return text + f"\n[... output truncated at {limit} bytes ...]" if cut else text
 
 
-def _infer_reason(out: _Outcome, stderr: str, limits: Limits) -> str | None:
-    if out.timed_out:
+def classify_limit(exit_code: int | None, stderr: str, limits: Limits, *, cpu_s: float = 0.0,
+                   timed_out: bool = False, flooded: bool = False) -> str | None:
+    """Which limit stopped a process (one of ``LIMIT_REASONS``), or None for none known.
+
+    `exit_code` is shell-style (128+N for signal N; None when the supervisor killed it),
+    `cpu_s` the CPU time it used, `timed_out` / `flooded` whether its supervisor killed it
+    for the wall clock or for output over the kill cap: those two are certain. The rlimits
+    are inferred from the status and stderr (best effort): a process that ignores SIGXCPU
+    meets the hard CPU limit's SIGKILL, told apart from any other SIGKILL by its CPU time.
+    """
+    if timed_out:
         return "timeout"
-    if out.flooded:
+    if flooded:
         return "output limit"
-    code = out.status
-    if code is None or code == 0:
+    if exit_code is None or exit_code == 0:
         return None
-    if code == 128 + signal.SIGXCPU or "CPU time limit exceeded" in stderr:
+    if exit_code == 128 + signal.SIGXCPU or _says(stderr, _CPU_MESSAGES):
         return "cpu"
-    if code == 128 + signal.SIGKILL and out.cpu_s >= limits.cpu_s:
-        return "cpu"  # ignored SIGXCPU, then the hard limit's SIGKILL
-    if code == 128 + signal.SIGXFSZ or "File size limit exceeded" in stderr:
+    if exit_code == 128 + signal.SIGKILL and cpu_s >= limits.cpu_s:
+        return "cpu"
+    if exit_code == 128 + signal.SIGXFSZ or _says(stderr, _FILE_SIZE_MESSAGES):
         return "file size"
-    if any(message in stderr for message in _MEMORY_MESSAGES):
+    if _says(stderr, _MEMORY_MESSAGES):
         return "memory"
+    if _says(stderr, _PROCESS_MESSAGES):
+        return "processes"
     return None
+
+
+def _says(stderr: str, messages: Sequence[str]) -> bool:
+    return any(message in stderr for message in messages)
 
 
 def _result(out: _Outcome, limits: Limits) -> ShellResult:
@@ -286,7 +326,8 @@ def _result(out: _Outcome, limits: Limits) -> ShellResult:
         stderr=stderr,
         truncated=out.stdout_cut or out.stderr_cut,
         timed_out=out.timed_out,
-        killed_reason=_infer_reason(out, stderr, limits),
+        killed_reason=classify_limit(out.status, stderr, limits, cpu_s=out.cpu_s,
+                                     timed_out=out.timed_out, flooded=out.flooded),
         seconds=out.seconds,
     )
 
@@ -390,9 +431,10 @@ def _sandbox_ids() -> tuple[int, int]:
         return entry.pw_uid, entry.pw_gid
 
 
-def _kill_bwrap(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the sandbox's pid 1 (the pid namespace dies with it, and bwrap reaps it, so no
-    orphan is left), then bwrap's process group; --die-with-parent is the backstop."""
+def kill_sandbox(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a bubblewrap sandbox started in its own session (`proc` is its bwrap): its
+    pid 1 first (the pid namespace dies with it, and bwrap reaps it, so no orphan is
+    left), then bwrap's process group; --die-with-parent is the backstop."""
     try:
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
             children = [int(pid) for pid in f.read().split()]
@@ -414,9 +456,158 @@ def _kill_bwrap(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _bwrap_binds(binds: Sequence[Bind]) -> list[str]:
-    """bwrap arguments for the extra binds. Their missing parent directories are made
-    first, 0755: privileged bwrap would make them 0700, closed to the sandbox uid."""
+@dataclass(frozen=True)
+class Rlimits:
+    """Per-process rlimits that ``prlimit`` sets before bwrap starts, so every process of
+    the sandbox inherits them (and bwrap itself runs under them). Core dumps are always
+    off. CPU: SIGXCPU at `cpu_s`, SIGKILL one second later."""
+
+    cpu_s: int
+    memory_mib: int  # address space (RLIMIT_AS)
+    max_file_mib: int  # largest file a process may write (RLIMIT_FSIZE)
+    max_procs: int | None = None  # RLIMIT_NPROC, counted per uid; None: the caller's own
+    open_files: int = MAX_OPEN_FILES
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s", "memory_mib", "max_file_mib", "max_procs", "open_files"):
+            value = getattr(self, name)
+            if not (value is None and name == "max_procs") and (
+                    not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
+
+    def prlimit_args(self) -> list[str]:
+        nproc = [] if self.max_procs is None else [f"--nproc={self.max_procs}"]
+        return [f"--cpu={self.cpu_s}:{self.cpu_s + 1}", f"--as={self.memory_mib << 20}",
+                *nproc, f"--fsize={self.max_file_mib << 20}", f"--nofile={self.open_files}",
+                "--core=0"]
+
+
+@dataclass(frozen=True)
+class Tmpfs:
+    """A private, size-capped tmpfs at `target`, mode 1777."""
+
+    target: str
+    size_mib: int
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What one bubblewrap sandbox shows and allows; ``bwrap_argv`` makes its command line.
+
+    Only what differs between the project's sandboxes is declared here. What every sandbox
+    gets, whatever its policy, is fixed in ``bwrap_argv`` so that no policy can loosen it:
+    new pid, network (a private loopback only), ipc, uts, cgroup and user namespaces; no
+    nested user namespaces; every capability dropped; no new privileges; its own session;
+    death with its parent; hostname ``sandbox``; a fresh ``/proc`` and ``/dev``; an empty
+    environment but `env`; a root that holds nothing but what is listed here and is
+    remounted read-only (so only the writable `binds` and the tmpfs can be written).
+    """
+
+    cwd: str  # absolute, inside the sandbox
+    rlimits: Rlimits
+    # Host directories bound read-only at the same place; a symlink is recreated as a link.
+    system_paths: tuple[str, ...] = SYSTEM_PATHS
+    tmpfs: tuple[Tmpfs, ...] = ()
+    dirs: tuple[str, ...] = ()  # empty directories, mode 0755
+    symlinks: tuple[tuple[str, str], ...] = ()  # (what the link holds, where it is)
+    # In order, after the above; read-only unless writable. Missing parents are made 0755.
+    binds: tuple[Bind, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # the whole environment of the command
+    # The host uid/gid the command runs as: as root, dropped to through setpriv; otherwise
+    # mapped onto the caller's own. None: the caller's own uid, mapped to itself, with no
+    # capability in the sandbox's user namespace.
+    user: tuple[int, int] | None = None
+    # The command is the namespace's pid 1 (killing it ends the sandbox), rather than a
+    # child of bwrap's own init (which reaps whatever the command orphans).
+    as_pid_1: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxTools:
+    """The host programs a sandbox is made with (resolved absolute paths)."""
+
+    bwrap: str
+    prlimit: str
+    setpriv: str | None = None  # needed only to drop from root to a policy's user
+
+
+def find_sandbox_tools(*, setpriv: bool = True) -> SandboxTools:
+    """bwrap and prlimit (and setpriv unless not wanted) on the host's system PATH."""
+    names = ("bwrap", "prlimit", "setpriv") if setpriv else ("bwrap", "prlimit")
+    found = {name: shutil.which(name, path=_HOST_ENV["PATH"]) for name in names}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise SandboxError(f"{', '.join(missing)} not found: install bubblewrap and "
+                           "util-linux (apt-get install bubblewrap util-linux)")
+    real = {name: os.path.realpath(path or "") for name, path in found.items()}
+    return SandboxTools(real["bwrap"], real["prlimit"], real.get("setpriv"))
+
+
+def bwrap_argv(policy: SandboxPolicy, command: Sequence[str], tools: SandboxTools) -> list[str]:
+    """The command line (prlimit, bwrap, ...) that runs `command` under `policy`."""
+    drop = policy.user is not None and os.geteuid() == 0
+    argv = [tools.prlimit, *policy.rlimits.prlimit_args(), "--", tools.bwrap,
+            *_namespace_args(policy.user, drop),
+            "--die-with-parent", *(["--as-pid-1"] if policy.as_pid_1 else []),
+            "--new-session", "--hostname", "sandbox",
+            *_system_args(policy.system_paths), "--proc", "/proc", "--dev", "/dev"]
+    for tmpfs in policy.tmpfs:
+        argv += ["--perms", "1777", "--size", str(tmpfs.size_mib << 20), "--tmpfs", tmpfs.target]
+    for directory in policy.dirs:
+        argv += ["--dir", directory]
+    for held, link in policy.symlinks:
+        argv += ["--symlink", held, link]
+    argv += _bind_args(policy.binds)
+    argv.append("--clearenv")
+    if not drop:  # privileged bwrap holds no CAP_DAC_OVERRIDE: the inner one cds
+        argv += ["--chdir", policy.cwd]
+    for key, value in policy.env:
+        argv += ["--setenv", key, value]
+    argv += ["--remount-ro", "/", "--"]
+    if drop:
+        assert policy.user is not None
+        argv += _drop_to(policy.user, policy.cwd, tools)
+    return [*argv, *command]
+
+
+def _namespace_args(user: tuple[int, int] | None, drop: bool) -> list[str]:
+    if drop:
+        # bwrap as real root: it can bind a workspace the sandbox uid could not reach;
+        # only setuid/setgid/setpcap survive, for setpriv, and the user namespace is the
+        # inner bwrap's (_drop_to).
+        return ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try", "--cap-drop", "ALL",
+                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    ids = [] if user is None else ["--uid", str(user[0]), "--gid", str(user[1])]
+    return ["--unshare-all", "--unshare-user", *ids, "--disable-userns", "--cap-drop", "ALL"]
+
+
+def _drop_to(user: tuple[int, int], cwd: str, tools: SandboxTools) -> list[str]:
+    """setpriv to `user` with no capability left in any set, then an unprivileged bwrap
+    that adds the user namespace (nested ones disabled) and enters `cwd`."""
+    if tools.setpriv is None:
+        raise SandboxError("setpriv not found: install util-linux (apt-get install util-linux)")
+    uid, gid = user
+    return [tools.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+            tools.bwrap, "--unshare-user", "--uid", str(uid), "--gid", str(gid),
+            "--disable-userns", "--dev-bind", "/", "/", "--chdir", cwd,
+            "--die-with-parent", "--cap-drop", "ALL", "--"]
+
+
+def _system_args(system_paths: Sequence[str]) -> list[str]:
+    argv: list[str] = []
+    for path in system_paths:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+def _bind_args(binds: Sequence[Bind]) -> list[str]:
+    """bwrap arguments for binds. Their missing parent directories are made first, 0755:
+    privileged bwrap would make them 0700, closed to the sandbox uid."""
     argv: list[str] = []
     made: set[str] = set()
     for bind in binds:
@@ -440,15 +631,7 @@ class BubblewrapSandbox(Sandbox):
         self._uid = uid
         self._gid = gid
         self.system_paths = tuple(system_paths)
-        tools = {name: shutil.which(name, path=_HOST_ENV["PATH"])
-                 for name in ("bwrap", "prlimit", "setpriv")}
-        missing = [name for name, found in tools.items() if found is None]
-        if missing:
-            raise SandboxError(f"{', '.join(missing)} not found: install bubblewrap and "
-                               "util-linux (apt-get install bubblewrap util-linux)")
-        self.bwrap = os.path.realpath(tools["bwrap"] or "")
-        self.prlimit = os.path.realpath(tools["prlimit"] or "")
-        self.setpriv = os.path.realpath(tools["setpriv"] or "")
+        self.tools = find_sandbox_tools()
 
     @property
     def privileged(self) -> bool:
@@ -461,61 +644,28 @@ class BubblewrapSandbox(Sandbox):
             gid = self._gid if self._gid is not None else self._uid
         return uid, gid
 
+    def policy(self, workspace: Path, limits: Limits, env: Mapping[str, str] | None = None,
+               binds: Sequence[Bind] = ()) -> SandboxPolicy:
+        """The policy of one run: the workspace writable at ``/workspace`` (its cwd), the
+        binds after it, private /tmp and /dev/shm, the sandbox user, `limits`."""
+        return SandboxPolicy(
+            cwd=MOUNT_AT,
+            rlimits=Rlimits(cpu_s=limits.cpu_s, memory_mib=limits.memory_mib,
+                            max_file_mib=limits.max_file_mib, max_procs=limits.max_procs),
+            system_paths=self.system_paths,
+            tmpfs=(Tmpfs("/tmp", limits.tmp_mib), Tmpfs("/dev/shm", limits.tmp_mib)),
+            dirs=("/var",), symlinks=(("../tmp", "/var/tmp"),),
+            binds=(Bind(workspace, MOUNT_AT, writable=True), *binds),
+            env=tuple(_sandbox_env(env).items()),
+            user=self.ids(), as_pid_1=True)
+
     def build_argv(self, command: str, workspace: Path, limits: Limits,
                    env: Mapping[str, str] | None = None, binds: Sequence[Bind] = (),
                    ) -> list[str]:
         """The full command line (prlimit, bwrap, ...) for one run; `workspace` and the
         binds' sources are resolved."""
-        uid, gid = self.ids()
-        argv = [
-            self.prlimit,
-            f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
-            f"--as={limits.memory_mib << 20}",
-            f"--nproc={limits.max_procs}",
-            f"--fsize={limits.max_file_mib << 20}",
-            f"--nofile={MAX_OPEN_FILES}",
-            "--core=0",
-            "--",
-            self.bwrap,
-        ]
-        if self.privileged:
-            # bwrap as real root: it can bind a workspace the sandbox uid could not reach;
-            # only setuid/setgid/setpcap survive, for setpriv below.
-            argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                     "--unshare-cgroup-try", "--cap-drop", "ALL",
-                     "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                     "--cap-add", "CAP_SETPCAP"]
-        else:
-            argv += ["--unshare-all", "--unshare-user", "--uid", str(uid), "--gid", str(gid),
-                     "--disable-userns", "--cap-drop", "ALL"]
-        argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--hostname", "sandbox"]
-        for path in self.system_paths:
-            if os.path.islink(path):
-                argv += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                argv += ["--ro-bind", path, path]
-        argv += [
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp",
-            "--perms", "1777", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/dev/shm",
-            "--dir", "/var", "--symlink", "../tmp", "/var/tmp",
-            "--bind", str(workspace), MOUNT_AT,
-        ]
-        argv += _bwrap_binds(binds)
-        argv.append("--clearenv")
-        if not self.privileged:  # privileged bwrap holds no CAP_DAC_OVERRIDE: the inner one cds
-            argv += ["--chdir", MOUNT_AT]
-        for key, value in _sandbox_env(env).items():
-            argv += ["--setenv", key, value]
-        argv += ["--remount-ro", "/", "--"]
-        if self.privileged:
-            argv += [self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
-                     self.bwrap, "--unshare-user", "--uid", str(uid), "--gid", str(gid),
-                     "--disable-userns", "--dev-bind", "/", "/", "--chdir", MOUNT_AT,
-                     "--die-with-parent", "--cap-drop", "ALL", "--"]
-        return [*argv, "/bin/bash", "-c", command]
+        return bwrap_argv(self.policy(workspace, limits, env, binds),
+                          ["/bin/bash", "-c", command], self.tools)
 
     def run(self, command: str, workspace: Path, limits: Limits | None = None,
             env: dict[str, str] | None = None, binds: Sequence[Bind] = ()) -> ShellResult:
@@ -526,7 +676,7 @@ class BubblewrapSandbox(Sandbox):
         if self.privileged:
             _give_tree(real, *self.ids())
         argv = self.build_argv(command, real, limits, env, checked)
-        return _result(_supervise(argv, limits, _kill_bwrap), limits)
+        return _result(_supervise(argv, limits, kill_sandbox), limits)
 
 
 # ---------------------------------------------------------------------------------------

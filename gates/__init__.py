@@ -1,2 +1,2 @@
-"""Grading: tasks, the sandboxed verifier runtime, rewards, agents, judges, the five quality
-gates and world-day validation. ``gates.contract`` holds the types they all share."""
+"""Grading: task folders, the sandboxed verifier runtime, rewards, agents, rollouts, judges and
+the five quality gates. ``gates.contract`` holds the types they all share."""

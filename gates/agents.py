@@ -9,11 +9,13 @@ of the gates and as baselines. The LLM agent lives in ``gates.llm_agent``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from envs.instance import Instance
 from gates.contract import AnswerStep, ShellStep, Step, ToolStep, Trajectory, TurnRecord
 from gates.task import Task, step_interface
+from worldstore.errors import ConfigError
 
 
 class Agent(Protocol):
@@ -127,4 +129,33 @@ def scripted(name: str) -> ScriptedAgent:
     return factory()
 
 
-__all__ = ["Agent", "ScriptedAgent", "scripted", "step_interface", "take_step"]
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent named in text: ``scripted:NAME`` (a scripted agent above) or ``llm:MODEL``
+    (the LLM agent of ``gates.llm_agent`` on a litellm model name)."""
+
+    kind: Literal["scripted", "llm"]
+    name: str
+
+
+def parse_agent_spec(spec: str) -> AgentSpec:
+    """Parse ``scripted:NAME`` or ``llm:MODEL``; ConfigError naming the spec otherwise (an
+    unknown scripted agent included). ``gates.rollout.make_agent`` builds the agent."""
+    kind, _, name = spec.partition(":")
+    if kind == "scripted" and name:
+        if not _is_scripted_name(name):
+            raise ConfigError(f"agent {spec!r}: unknown scripted agent {name!r}; known: "
+                              f"{', '.join([*SCRIPTED, 'first-K'])}")
+        return AgentSpec("scripted", name)
+    if kind == "llm" and name:
+        return AgentSpec("llm", name)
+    raise ConfigError(f"agent {spec!r}: use scripted:NAME (one of "
+                      f"{', '.join([*SCRIPTED, 'first-K'])}) or llm:MODEL")
+
+
+def _is_scripted_name(name: str) -> bool:
+    return name in SCRIPTED or (name.startswith("first-") and name[len("first-"):].isdigit())
+
+
+__all__ = ["Agent", "AgentSpec", "ScriptedAgent", "parse_agent_spec", "scripted",
+           "step_interface", "take_step"]

@@ -44,19 +44,23 @@ from gates.contract import (
     Trajectory,
     Verdict,
 )
-from gates.llm import (
+from gates.errors import InspectionRefused, InvalidAnswer
+from gates.quality import Judges
+from gates.task import Task
+from llm.client import (
     Completion,
-    LLMCallError,
     LLMClient,
     Message,
-    NoModel,
     ToolCall,
     assistant_message,
+    client_from_env,
+    function_tool,
+    object_parameters,
 )
-from gates.task import Task
+from llm.errors import LLMCallError, NoModel
 from replay.engine import Worlds
 from replay.layout import iter_workspace, list_services, service_db, workspace_path
-from worldstore.errors import ConfigError, PathError, WorldError
+from worldstore.errors import ConfigError, PathError
 
 NOT_RUN_REASON = "no model configured"
 WORLDS = ("initial", "final")
@@ -117,15 +121,6 @@ agent's claims; check the worlds. Then call verdict with exactly one of:
 
 RETRY_TEMPLATE = ("That answer is invalid: {error}. Reply again with only a JSON object "
                   '{{"verdict": one of {classes}, "reasoning": "<non-empty text>"}}.')
-
-
-class InspectionRefused(WorldError):
-    """A judge's read-only tool refused a call (unknown world or service, a statement
-    other than SELECT, a path leaving the workspace, a query over its bounds)."""
-
-
-class InvalidAnswer(WorldError):
-    """A judge's answer that is not the required JSON."""
 
 
 def parse_answer(text: str) -> JudgeAnswer:
@@ -354,10 +349,7 @@ def rollout_worlds(worlds: Worlds, task: Task, episode_id: str
 
 
 def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties,
-                       "required": list(properties), "additionalProperties": False}}}
+    return function_tool(name, description, object_parameters(properties))
 
 
 _WORLD = {"type": "string", "enum": list(WORLDS),
@@ -593,7 +585,28 @@ def _cut(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-__all__ = ["ANSWER_SCHEMA", "INSPECTION_TOOLS", "RESPONSE_FORMAT", "AgentJudge",
-           "CodeJudge", "InspectionRefused", "InvalidAnswer", "JudgeAnswer",
-           "WorldInspector", "judged_success", "parse_answer",
-           "render_trajectory", "render_verdict", "rollout_worlds"]
+def judges_from_env(worlds: Worlds) -> Judges:
+    """The code-augmented LLM judge and the agent judge, or none without a model."""
+    client = client_from_env()
+    if not client.configured:
+        return Judges()
+    return Judges(llm=CodeJudge(client), agent=AgentJudge(client, worlds=worlds))
+
+
+__all__ = [
+    "ANSWER_SCHEMA",
+    "INSPECTION_TOOLS",
+    "RESPONSE_FORMAT",
+    "AgentJudge",
+    "CodeJudge",
+    "InspectionRefused",
+    "InvalidAnswer",
+    "JudgeAnswer",
+    "WorldInspector",
+    "judged_success",
+    "judges_from_env",
+    "parse_answer",
+    "render_trajectory",
+    "render_verdict",
+    "rollout_worlds",
+]

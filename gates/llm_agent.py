@@ -31,11 +31,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.instance import Instance, ToolInfo
+from envs.contract import ToolInfo
+from envs.instance import Instance
 from gates.agents import take_step
 from gates.contract import AnswerStep, ShellStep, Step, ToolStep, Trajectory, TurnRecord
-from gates.llm import Completion, LLMClient, Message, ToolCall, assistant_message
 from gates.task import Task
+from llm.client import (
+    Completion,
+    LLMClient,
+    Message,
+    ToolCall,
+    assistant_message,
+    function_tool,
+    object_parameters,
+)
 from worldstore.errors import ConfigError
 
 SHELL = "shell"
@@ -56,18 +65,13 @@ NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; wh
                  "is done, call `answer` with your final answer.")
 
 
-def _function(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties,
-                       "required": sorted(properties), "additionalProperties": False}}}
-
-
-SHELL_TOOL = _function(SHELL, "Run a bash command in the workspace folder (sandboxed, no "
-                              "network). Returns stdout, stderr and a non-zero exit code.",
-                       {"command": {"type": "string", "description": "The bash command."}})
-ANSWER_TOOL = _function(ANSWER, "Give the final answer and end the task.",
-                        {"text": {"type": "string", "description": "Your final answer."}})
+SHELL_TOOL = function_tool(SHELL, "Run a bash command in the workspace folder (sandboxed, no "
+                                  "network). Returns stdout, stderr and a non-zero exit code.",
+                           object_parameters({"command": {"type": "string",
+                                                          "description": "The bash command."}}))
+ANSWER_TOOL = function_tool(ANSWER, "Give the final answer and end the task.",
+                            object_parameters({"text": {"type": "string",
+                                                        "description": "Your final answer."}}))
 
 
 class LLMAgent:
@@ -194,9 +198,8 @@ def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step
 
 
 def _mcp_tool(info: ToolInfo) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": info.name, "description": info.description,
-        "parameters": info.input_schema or {"type": "object", "properties": {}}}}
+    return function_tool(info.name, info.description,
+                         info.input_schema or {"type": "object", "properties": {}})
 
 
 def _reasoning(completion: Completion) -> str:

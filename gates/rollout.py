@@ -4,21 +4,22 @@ verdict on (W0, W, answer), and the episode saved to the world store."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import msgspec
 
 from envs.episode import Episode, ShellCall, ToolCall, apply_effects
-from envs.episodes_store import save_episode
+from envs.episodes_store import load_episode, save_episode
 from envs.instance import Environment, Instance
-from gates.agents import Agent, scripted
+from gates.agents import Agent, parse_agent_spec, scripted
 from gates.contract import Interface, Rollout, Verdict
+from gates.errors import TaskError
 from gates.task import SPEC_FILE, Task
 from gates.verifier import run_verifier
 from replay.engine import Worlds
 from worldstore.canonical import digest_of
-from worldstore.errors import TaskError
+from worldstore.errors import ConfigError, InputError
 from worldstore.store import DayRecord
 
 
@@ -27,7 +28,8 @@ def run_rollout(env: Environment, task: Task, agent: Agent, *, hinted: bool,
     """Run `agent` on a fresh instance of the task's world and grade the result."""
     with open_task_instance(env, task) as instance:
         trajectory = agent.run(instance, task, hinted=hinted)
-        instance.episode = msgspec.structs.replace(instance.episode, answer=trajectory.answer)
+        instance.episode = msgspec.structs.replace(instance.episode, answer=trajectory.answer,
+                                                   task=task.task_id, agent=agent.name)
         episode_id = save_episode(env.worlds, instance)
         final_hash = instance.hash()
         verdict = grade(env, task, instance, trajectory.answer)
@@ -68,6 +70,16 @@ def episode_worlds(worlds: Worlds, task: Task, episode: Episode
         yield w0, mount.path
 
 
+def verify_episode_of_task(worlds: Worlds, task: Task, episode_id: str, *,
+                           answer: str | None = None) -> Verdict:
+    """V(W0, W, a) of a stored episode of `task`: W is the world its effects lead to, `a`
+    its recorded answer unless `answer` is given."""
+    episode = load_episode(worlds, episode_id)
+    with episode_worlds(worlds, task, episode) as (w0, w):
+        return run_verifier(task.verifier_dir, w0, w,
+                            answer if answer is not None else episode.answer)
+
+
 def task_w0(worlds: Worlds, task: Task) -> Path:
     """The task's start world W0 (a read-only cached snapshot); refuses a store where the
     task's persona@day is not the world the task was written for."""
@@ -97,6 +109,9 @@ def interfaces_used(episode: Episode) -> list[Interface]:
     return sorted(used)
 
 
+# The agent spec of `task check` that means the default scripted rollouts below.
+SCRIPTED_SET_SPEC = "scripted"
+
 # (agent, hinted) of the default scripted rollouts: three unhinted (the difficulty gate's
 # live test) and three hinted, as the papers' six; only the reference should succeed on a
 # good task, and each degraded agent is a trap for a bad verifier.
@@ -112,12 +127,66 @@ def scripted_rollouts(env: Environment, task: Task) -> list[Rollout]:
             for i, (name, hinted) in enumerate(SCRIPTED_SET)]
 
 
-def agent_rollouts(env: Environment, task: Task, agent: Agent, *, n: int, hinted: int
-                   ) -> list[Rollout]:
-    """`n` rollouts of one agent, the last `hinted` of them with the hint."""
+def agent_rollouts(env: Environment, task: Task, agent: Agent, *, n: int, hinted: int,
+                   done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+    """`n` rollouts of one agent, the last `hinted` of them with the hint; `done` is told
+    of each as it finishes."""
+    check_hinted(n, hinted)
+    rollouts = []
+    for i in range(n):
+        rollouts.append(run_rollout(env, task, agent, hinted=i >= n - hinted, index=i))
+        if done is not None:
+            done(rollouts[-1])
+    return rollouts
+
+
+def check_hinted(n: int, hinted: int) -> None:
+    """Refuse a number of hinted rollouts that is not between 0 and the number `n` of
+    rollouts (which must be at least 1)."""
+    if n < 1:
+        raise ConfigError(f"the number of rollouts n = {n} must be at least 1")
     if not 0 <= hinted <= n:
-        raise ValueError(f"--hinted {hinted} must be between 0 and -n {n}")
-    return [run_rollout(env, task, agent, hinted=i >= n - hinted, index=i) for i in range(n)]
+        raise ConfigError(f"hinted = {hinted} rollouts: must be between 0 and the number of "
+                          f"rollouts n = {n}")
+
+
+def make_agent(spec: str) -> Agent:
+    """The agent an agent spec names: ``scripted:NAME`` or ``llm:MODEL`` (see
+    ``gates.agents.parse_agent_spec``); an LLM agent gets the client the environment
+    configures (``WORLDCTL_LLM_*``) with that model."""
+    parsed = parse_agent_spec(spec)
+    if parsed.kind == "scripted":
+        return scripted(parsed.name)
+    from gates.llm_agent import LLMAgent  # loads the LLM client only for an LLM agent
+    from llm.client import client_from_env
+
+    return LLMAgent(client_from_env(model=parsed.name))
+
+
+def load_rollouts(path: Path) -> list[Rollout]:
+    """Rollouts written by ``worldctl rollout --out`` (a JSON list); InputError naming the
+    file if it is not one."""
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=list[Rollout])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InputError(f"not a list of rollouts: {exc}", file=str(path)) from None
+
+
+def rollout_source(env: Environment, *, given: Sequence[Rollout] | None = None,
+                   agent: str = SCRIPTED_SET_SPEC, n: int = 6, hinted: int = 3
+                   ) -> Callable[[Task], list[Rollout]]:
+    """Where `task check` gets a task's rollouts: the `given` ones (those of the task), else
+    the six default scripted rollouts (`agent` "scripted"), else `n` fresh rollouts of the
+    agent `agent` names, the last `hinted` of them hinted. A bad agent spec or hinted
+    count is refused here, before any gate runs."""
+    if given is not None:
+        kept = list(given)
+        return lambda task: [r for r in kept if r.task_id == task.task_id]
+    if agent == SCRIPTED_SET_SPEC:
+        return lambda task: scripted_rollouts(env, task)
+    check_hinted(n, hinted)
+    chosen = make_agent(agent)
+    return lambda task: agent_rollouts(env, task, chosen, n=n, hinted=hinted)
 
 
 def verifier_reward(env: Environment, task: Task) -> Callable[[Instance, str], float]:

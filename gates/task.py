@@ -20,14 +20,13 @@ from typing import TypeVar
 import msgspec
 
 from gates.contract import AnswerStep, Interface, ShellStep, Solution, TaskSpec, ToolStep
-from worldstore.errors import TaskError
+from gates.errors import TaskError
 
 SPEC_FILE = "task.json"
 VERIFIER_DIR = "verifier"
 RUBRIC_FILE = "rubric.md"
 HINT_FILE = "hint.md"
 SOLUTION_FILE = "solution.json"
-DEMO_TASKS = Path(__file__).resolve().parent / "data" / "tasks"  # shipped with the package
 
 T = TypeVar("T")
 

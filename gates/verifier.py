@@ -49,7 +49,6 @@ import os
 import py_compile
 import shlex
 import shutil
-import signal
 import stat
 import sys
 import tempfile
@@ -60,10 +59,20 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from envs.sandbox import OUTPUT_KILL_FACTOR, Bind, Limits, Sandbox, ShellResult, default_sandbox
+from envs.errors import SandboxError
+from envs.sandbox import (
+    OUTPUT_KILL_FACTOR,
+    Bind,
+    Limits,
+    Sandbox,
+    ShellResult,
+    classify_limit,
+    default_sandbox,
+)
 from gates.contract import Check, ScriptResult, Verdict
+from gates.errors import TaskError
+from replay.files import chmod_tree
 from replay.layout import check_world_dir
-from worldstore.errors import SandboxError, TaskError
 
 __all__ = [
     "RESULT_PREFIX",
@@ -93,9 +102,6 @@ TAIL_CHARS = 2000
 STARTED = "agentworlds-verifier: started"
 TRUNCATED = "\n[... output truncated at {} bytes ...]"  # as envs.sandbox marks a cut stream
 RECORD_BYTES = 1024  # a driver record without its two output fields, at most
-# What a process's stderr says when it ran out of memory (envs.sandbox looks for the same).
-MEMORY_MESSAGES = ("MemoryError", "Cannot allocate memory", "out of memory",
-                   "std::bad_alloc", "memory exhausted")
 
 # A verifier reads two small worlds: seconds, not minutes. Processes stay at the sandbox's
 # default because RLIMIT_NPROC counts every process of the sandbox uid, concurrent
@@ -170,7 +176,7 @@ class ScriptRun:
     stderr: str
     stdout_cut: bool
     timed_out: bool
-    killed_reason: str | None  # "timeout", "output limit", or inferred: "cpu", "memory", ...
+    killed_reason: str | None  # envs.sandbox.classify_limit: "timeout", "cpu", "memory", ...
     seconds: float
     start_error: str | None = None  # the driver could not start it at all
 
@@ -367,10 +373,7 @@ def _copy_and_compile(sources: list[Path]) -> Path:
         cached = importlib.util.cache_from_source(str(copy))
         py_compile.compile(str(copy), cfile=cached, doraise=True,
                            invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-    for dirpath, _dirs, files in os.walk(folder):  # the sandbox user reads it as "other"
-        os.chmod(dirpath, 0o755)
-        for name in files:
-            os.chmod(Path(dirpath, name), 0o644)
+    chmod_tree(folder, dirs=0o755, files=0o644)  # the sandbox user reads it as "other"
     return folder
 
 
@@ -473,12 +476,10 @@ def _script_run(record: dict[str, Any], limits: Limits) -> ScriptRun:
     code, cpu_s = record["exit"], float(record["cpu_s"])
     if code is not None and not isinstance(code, int):
         raise TypeError(f"exit status {code!r}")
-    if record["timed_out"]:
-        reason: str | None = "timeout"
-    elif record["flooded"]:
-        reason = "output limit"
-    else:
-        reason = _killed_reason(code, cpu_s, stderr, limits)
+    # The driver supervises each script as the sandbox supervises the driver, so one
+    # classifier reads both.
+    reason = classify_limit(code, stderr, limits, cpu_s=cpu_s,
+                            timed_out=bool(record["timed_out"]), flooded=bool(record["flooded"]))
     return ScriptRun(code, stdout, stderr, bool(record["stdout_cut"]),
                      bool(record["timed_out"]), reason, float(record["seconds"]))
 
@@ -486,22 +487,6 @@ def _script_run(record: dict[str, Any], limits: Limits) -> ScriptRun:
 def _decoded(b64: str, cut: bool, limits: Limits) -> str:
     text = binascii.a2b_base64(b64, strict_mode=True).decode("utf-8", errors="replace")
     return text + TRUNCATED.format(limits.max_output_bytes) if cut else text
-
-
-def _killed_reason(code: int | None, cpu_s: float, stderr: str, limits: Limits) -> str | None:
-    """Which limit stopped a process that ended with `code`, as envs.sandbox infers it for
-    a whole sandbox (best effort)."""
-    if code is None or code == 0:
-        return None
-    if code == 128 + signal.SIGXCPU or "CPU time limit exceeded" in stderr:
-        return "cpu"
-    if code == 128 + signal.SIGKILL and cpu_s >= limits.cpu_s:
-        return "cpu"  # ignored SIGXCPU, then the hard limit's SIGKILL
-    if code == 128 + signal.SIGXFSZ or "File size limit exceeded" in stderr:
-        return "file size"
-    if any(message in stderr for message in MEMORY_MESSAGES):
-        return "memory"
-    return None
 
 
 def _sandbox_run(shell: ShellResult, stderr: str, limits: Limits) -> ScriptRun:

@@ -19,10 +19,11 @@ from typing import Any
 import apsw
 import msgspec
 
+from replay.errors import EventFailed
 from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
 from replay.sqlite import freeze, open_event_db, take_denial
 from worldstore.canonical import digest
-from worldstore.errors import PathError, WorldError
+from worldstore.errors import PathError
 from worldstore.events import (
     AppPayload,
     FileDeletePayload,
@@ -36,10 +37,6 @@ from worldstore.interchange import BLOB_PARAM_KEY
 from worldstore.names import ts_millis
 
 BlobSource = Callable[[str], bytes]
-
-
-class EventFailed(WorldError):
-    """An event could not be applied; the caller adds persona, day and event."""
 
 
 class WorldBuilder:

@@ -13,7 +13,7 @@ import itertools
 import os
 from pathlib import Path
 
-from replay.files import copy_tree, remove_tree
+from replay.files import chmod_tree, copy_tree, remove_tree
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
 
 _COUNTER = itertools.count()
@@ -54,7 +54,7 @@ class SnapshotCache:
         staging = self.scratch()
         copy_tree(world, staging / "world")
         (staging / "manifest.json").write_bytes(encode_manifest(manifest))
-        _make_read_only(staging)
+        chmod_tree(staging, files=0o444)
         try:
             os.rename(staging, self.entry(world_hash))
         except OSError:
@@ -100,14 +100,6 @@ class SnapshotCache:
                 except FileNotFoundError:
                     continue  # another process claimed it
                 remove_tree(claimed)
-
-
-def _make_read_only(root: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                os.chmod(path, 0o444)
 
 
 def _alive(pid: int) -> bool:

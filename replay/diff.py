@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from replay.hashing import Manifest, ServiceManifest, _table_infos
+from replay.hashing import Manifest, ServiceManifest, table_infos
 from replay.layout import WORKSPACE, service_db
 from replay.sqlite import open_readonly, quote_ident
 
@@ -145,7 +145,7 @@ def _read_rows(root: Path, service: str, table: str) -> Keyed:
     whole row plus its occurrence number, so duplicate rows are counted, not merged.
     """
     with open_readonly(service_db(root, service)) as conn:
-        info = next(i for i in _table_infos(conn) if i.name == table)
+        info = next(i for i in table_infos(conn) if i.name == table)
         pk = info.key
         cols = info.columns
         select = ", ".join(quote_ident(c) for c in cols)

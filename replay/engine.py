@@ -10,84 +10,28 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from replay.cache import SnapshotCache
 from replay.diff import WorldDiff, diff_worlds
-from replay.files import copy_tree, remove_tree
+from replay.errors import IntegrityError
+from replay.files import chmod_tree, copy_tree, remove_tree
+from replay.fold import BuiltDay, build_days
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
-from replay.materialize import BuiltDay, build_days
 from replay.mount import Mount, snapshot_files
-from worldstore.errors import (
-    ApplyError,
-    ConflictError,
-    DayOrderError,
-    InputError,
-    IntegrityError,
-    NotFoundError,
-    WorldError,
-)
-from worldstore.events import (
-    GENESIS,
-    AppPayload,
-    FileDeletePayload,
-    FileWritePayload,
-    Payload,
-    SqlPayload,
-    StoredEvent,
-    blob_of,
-    make_event,
-)
+from replay.report import DayResult, Problem, Progress, VerifyReport
+from replay.verify import verify_persona
+from worldstore.errors import ConflictError, DayOrderError, InputError, NotFoundError, WorldError
+from worldstore.events import GENESIS, StoredEvent, blob_of, make_event
 from worldstore.interchange import DayBatch, export_line, read_days, to_payload
 from worldstore.names import ts_key
 from worldstore.open import default_cache_dir, open_event_store
-from worldstore.store import DayRecord, EventStore, NewDay
+from worldstore.store import DayRecord, EventStore, NewDay, WorldStore
 
 REF_RE = re.compile(r"(?P<persona>[a-z0-9][a-z0-9_-]*)(@(?P<day>-?\d+))?")
 HASH_RE = re.compile(r"[0-9a-f]{32}")
-
-
-@dataclass(frozen=True, slots=True)
-class DayResult:
-    """One persona-day as import or replay saw it."""
-
-    persona: str
-    day: int
-    n_events: int
-    world_hash: str
-    seconds: float
-    status: str  # imported | unchanged | replayed | mismatch
-    recorded_hash: str | None = None
-
-
-@dataclass(slots=True)
-class Problem:
-    persona: str
-    kind: str  # chain | blob | day | hash | cache | order
-    message: str
-    day: int | None = None
-    seq: int | None = None
-    event: int | None = None  # index of the event within its day
-    table: str | None = None
-    file: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
-
-
-@dataclass(slots=True)
-class VerifyReport:
-    personas: int = 0
-    days: int = 0
-    events: int = 0
-    cache_entries: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +43,10 @@ class _Planned:
     existing: DayRecord | None
 
 
-Progress = Callable[[DayResult], None]
-
-
 class Worlds:
     """A store of persona-day logs with its snapshot cache."""
 
-    def __init__(self, store: EventStore, cache: SnapshotCache) -> None:
+    def __init__(self, store: WorldStore, cache: SnapshotCache) -> None:
         self.store = store
         self.cache = cache
         # Lookups behind mount(), made once per Worlds (see _mountable).
@@ -132,21 +73,27 @@ class Worlds:
 
     # --- import ---------------------------------------------------------------------
 
-    def import_file(self, path: Path, *, progress: Progress | None = None) -> list[DayResult]:
+    def import_file(self, path: Path, *, progress: Progress | None = None,
+                    planned: Callable[[int], None] | None = None) -> list[DayResult]:
         with open(path, "rb") as fh:
-            return self.import_stream(fh, source=str(path), progress=progress)
+            return self.import_stream(fh, source=str(path), progress=progress,
+                                      planned=planned)
 
     def import_stream(self, stream: IO[bytes], *, source: str,
-                      progress: Progress | None = None) -> list[DayResult]:
+                      progress: Progress | None = None,
+                      planned: Callable[[int], None] | None = None) -> list[DayResult]:
         """Append the persona-days of an interchange stream.
 
         Three phases, so that a bad file stores nothing: (1) read and validate every line;
         (2) apply every new day to scratch worlds and hash it; (3) commit each day
         atomically. A day already in the store with identical events is skipped, so
-        re-importing a file (say after a crash) completes what is missing.
+        re-importing a file (say after a crash) completes what is missing. `planned` is
+        told how many new days will be applied (the total of `progress`) before the first.
         """
         batches = read_days(stream, source=source)
         plans = self._plan(batches)
+        if planned is not None:
+            planned(sum(1 for plan in plans if plan.existing is None))
         built = self._apply_plans(plans, progress)
         results = []
         for plan in plans:
@@ -300,6 +247,14 @@ class Worlds:
             return records[day]
         return self.store.day(persona, day)
 
+    def record(self, ref: str) -> DayRecord:
+        """``resolve``, remembered for references that always name the same persona-day
+        (``persona@N``, a world hash): mounts and instances look them up on every open."""
+        record = self._records.get(ref) or self.resolve(ref)
+        if ref_is_stable(ref):
+            self._records[ref] = record
+        return record
+
     def snapshot(self, persona: str, day: int) -> Path:
         """The cached, read-only world of persona@day, rebuilt from the log if missing."""
         record = self.store.day(persona, day)
@@ -349,7 +304,7 @@ class Worlds:
             raise WorldError(f"{dest}: checkout target exists and is not empty")
         for attempt in range(2):
             copy_tree(self.snapshot(record.persona, record.day), dest)
-            _make_writable(dest)
+            chmod_tree(dest, files=0o644)
             if world_manifest(dest).world_hash() == record.world_hash:
                 return record
             remove_tree(dest)
@@ -378,9 +333,7 @@ class Worlds:
     def _mountable(self, ref: str) -> tuple[DayRecord, Path, Manifest, list[tuple[str, Path]]]:
         """What a mount of `ref` copies from, looked up once per Worlds: persona-days never
         change once stored, and mounts are frequent."""
-        record = self._records.get(ref) or self.resolve(ref)
-        if ref_is_stable(ref):
-            self._records[ref] = record
+        record = self.record(ref)
         found = self._mounts.get(record.world_hash)
         if found is None:
             snapshot = self.snapshot(record.persona, record.day)
@@ -421,24 +374,40 @@ class Worlds:
 
     def verify(self, personas: list[str] | None = None, *,
                progress: Progress | None = None) -> VerifyReport:
-        from replay.verify import verify_persona  # the slow path lives in its own module
-
+        """Re-derive every day of `personas` (default: all) from the log and check every
+        hash the store and the cache hold (see replay/verify.py)."""
         report = VerifyReport()
         names = personas if personas else [p.persona for p in self.store.personas()]
+        unknown = [p for p in names if self.store.persona(p) is None]
+        if unknown:  # a name that is not in the store is a wrong argument, not a finding
+            raise NotFoundError(f"no persona {', '.join(map(repr, unknown))} in the store "
+                                f"{self.store.url}; nothing was verified")
         for persona in names:
-            verify_persona(self, persona, report, progress)
+            verify_persona(self.store, self.cache, persona, report, progress)
         return report
 
-    def diff(self, ref_a: str, ref_b: str) -> WorldDiff:
-        a, b = self.resolve(ref_a), self.resolve(ref_b)
-        return diff_worlds(self.snapshot(a.persona, a.day), self.manifest(a),
-                           self.snapshot(b.persona, b.day), self.manifest(b))
+    def diff(self, a: str | Path, b: str | Path) -> WorldDiff:
+        """Changes from world `a` to world `b`; each is a reference or (a Path) a world
+        directory, such as a checkout edited by hand."""
+        return diff_worlds(*self._world_at(a), *self._world_at(b))
 
-    def export(self, persona: str, out: IO[bytes], *, through_day: int | None = None) -> int:
-        records = self.store.days(persona)
-        if not records:
-            raise NotFoundError(f"no persona {persona!r} in the store {self.store.url}")
-        last = records[-1] if through_day is None else self.store.day(persona, through_day)
+    def _world_at(self, side: str | Path) -> tuple[Path, Manifest]:
+        if isinstance(side, Path):
+            return side, world_manifest(side)
+        record = self.resolve(side)
+        return self.snapshot(record.persona, record.day), self.manifest(record)
+
+    def export(self, ref: str, out: IO[bytes], *, through_day: int | None = None) -> int:
+        """Write the log of `ref`'s persona through `ref`'s day (a bare persona: its last
+        day) as interchange lines; `through_day` names the day instead, negative counting
+        from the end as in ``persona@-N``. Returns the number of events written."""
+        last = self.resolve(ref)
+        if through_day is not None:
+            if "@" in ref or HASH_RE.fullmatch(ref):
+                raise InputError(f"{ref!r} names a day already; give the day once "
+                                 "(persona@N, or persona with --through-day N)")
+            last = self.resolve(f"{last.persona}@{through_day}")
+        persona = last.persona
         count = 0
         for event in self.store.events(persona, 0, last.last_seq):
             payload = event.payload
@@ -447,7 +416,6 @@ class Worlds:
             out.write(export_line(persona, event.day, event.ts, payload, data))
             count += 1
         return count
-
 
 
 def ref_is_stable(ref: str) -> bool:
@@ -481,27 +449,4 @@ def _blob_source(local: dict[str, bytes], store: EventStore) -> Callable[[str], 
     return get
 
 
-def _make_writable(root: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath) / name
-            if not path.is_symlink():
-                os.chmod(path, 0o644)
-
-
-def touched_by(payload: Payload, table: str | None, file: str | None,
-               service: str | None) -> bool:
-    """Whether an event plausibly wrote `table` of `service`, or `file` (for verify's report)."""
-    if file is not None and file.startswith("apps/"):
-        return isinstance(payload, AppPayload) and file.split("/")[1].split(".")[0] == \
-            payload.service
-    if file is not None:
-        return isinstance(payload, FileWritePayload | FileDeletePayload) and payload.path == file
-    if isinstance(payload, SqlPayload) and payload.service == service:
-        if table is None:
-            return True
-        return re.search(rf"(?i)(^|[^\w]){re.escape(table)}([^\w]|$)", payload.sql) is not None
-    return False
-
-
-__all__ = ["ApplyError", "DayResult", "Problem", "VerifyReport", "Worlds"]
+__all__ = ["DayResult", "Problem", "Progress", "VerifyReport", "Worlds", "ref_is_stable"]

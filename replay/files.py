@@ -50,10 +50,27 @@ def copy_tree(src: Path, dst: Path) -> None:
                 copy_file(s, target / f)
 
 
+def chmod_tree(top: Path, *, dirs: int | None = None, files: int | None = None) -> None:
+    """Give every directory of the tree at `top` (itself included) the mode `dirs`, and
+    every other entry but a symlink the mode `files`; None leaves that kind as it is.
+    Symlinks are never followed nor changed. Each directory gets its mode before it is
+    listed, so a tree closed to its owner (say 0o000) is opened too."""
+    if dirs is not None:
+        os.chmod(top, dirs)
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in dirnames:  # os.walk lists each of these only after this loop body
+            path = os.path.join(dirpath, name)
+            if dirs is not None and not os.path.islink(path):
+                os.chmod(path, dirs)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if files is not None and not os.path.islink(path):
+                os.chmod(path, files)
+
+
 def remove_tree(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
     elif path.exists():
-        for dirpath, _dirs, _files in os.walk(path):
-            os.chmod(dirpath, 0o755)  # read-only snapshot dirs must be emptied too
+        chmod_tree(path, dirs=0o755)  # read-only snapshot dirs must be emptied too
         shutil.rmtree(path)

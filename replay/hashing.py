@@ -24,10 +24,10 @@ import apsw
 import msgspec
 import xxhash
 
+from replay.errors import WorldDirError
 from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
 from worldstore.canonical import canonical_bytes, digest, digest_of
-from worldstore.errors import WorldDirError
 
 MANIFEST_FORMAT = 1
 ROW_CHUNK = 1024
@@ -73,7 +73,7 @@ class TableInfo:
     key: tuple[str, ...] = ()  # primary-key columns when they totally order the rows
 
 
-def _table_infos(conn: apsw.Connection) -> list[TableInfo]:
+def table_infos(conn: apsw.Connection) -> list[TableInfo]:
     infos = []
     rows: list[tuple[Any, ...]] = conn.execute(
         "SELECT name, type FROM pragma_table_list WHERE schema = 'main' "
@@ -160,7 +160,7 @@ def _service_manifest(path: Path) -> ServiceManifest:
             )
         ]
         tables = {}
-        for info in _table_infos(conn):
+        for info in table_infos(conn):
             try:
                 tables[info.name] = table_digest(conn, info)
             except apsw.SQLError:

@@ -10,7 +10,8 @@ import os
 import stat
 from pathlib import Path
 
-from worldstore.errors import PathError, WorldDirError
+from replay.errors import WorldDirError
+from worldstore.errors import PathError
 from worldstore.names import check_relpath, is_service
 
 SERVICES = "services"

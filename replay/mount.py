@@ -264,5 +264,3 @@ def _walk(root: Path) -> list[tuple[str, Path]]:
             path = here / name
             found.append((path.relative_to(root).as_posix(), path))
     return found
-
-

@@ -8,24 +8,39 @@ names the persona, the day, the event and the table or file.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Callable
 
+from replay.cache import SnapshotCache
+from replay.errors import ApplyError
+from replay.files import remove_tree
+from replay.fold import build_days
 from replay.hashing import Manifest, decode_manifest, world_manifest
-from replay.materialize import build_days
+from replay.report import DayResult, Problem, Progress, VerifyReport
 from worldstore.canonical import digest
-from worldstore.errors import ApplyError, NotFoundError, WorldError
-from worldstore.events import GENESIS, FileWritePayload, StoredEvent, blob_of, recompute_id
-from worldstore.store import DayRecord
+from worldstore.errors import NotFoundError, WorldError
+from worldstore.events import (
+    GENESIS,
+    AppPayload,
+    FileDeletePayload,
+    FileWritePayload,
+    Payload,
+    SqlPayload,
+    StoredEvent,
+    blob_of,
+    recompute_id,
+)
+from worldstore.store import DayRecord, EventStore, PersonaSummary
 
-if TYPE_CHECKING:
-    from replay.engine import Progress, VerifyReport, Worlds
+# Where an event sits: its day and its index within that day (None when no day record
+# covers its seq).
+Locate = Callable[[StoredEvent], tuple[int | None, int | None]]
 
 
-def verify_persona(worlds: Worlds, persona: str, report: VerifyReport,
-                   progress: Progress | None) -> None:
-    from replay.engine import Problem
-
-    store = worlds.store
+def verify_persona(store: EventStore, cache: SnapshotCache, persona: str,
+                   report: VerifyReport, progress: Progress | None) -> None:
+    """Check everything `store` and `cache` hold of `persona`; add what is wrong to
+    `report.problems` and what was checked to its counts."""
     records = store.days(persona)
     if not records:
         report.problems.append(Problem(persona, "day", f"no persona {persona!r} in the store"))
@@ -41,6 +56,17 @@ def verify_persona(worlds: Worlds, persona: str, report: VerifyReport,
         rec = day_of_seq.get(event.seq)
         return (rec.day, event.seq - rec.first_seq) if rec else (event.day, None)
 
+    chain_ok = _check_chain(persona, events, where, problems)
+    _check_days(persona, records, events, store.persona(persona), problems)
+    _check_blobs(store, persona, events, where, problems)
+    if chain_ok:
+        _rederive(store, cache, persona, records, events, problems, progress)
+    report.cache_entries += _check_cache(cache, persona, records, problems)
+
+
+def _check_chain(persona: str, events: list[StoredEvent], where: Locate,
+                 problems: list[Problem]) -> bool:
+    """Recompute the hash chain event by event; False if the stream cannot be replayed."""
     chain_ok = True
     prev = GENESIS
     for i, event in enumerate(events):
@@ -61,20 +87,26 @@ def verify_persona(worlds: Worlds, persona: str, report: VerifyReport,
                                     "its id", day, event.seq, index))
             chain_ok = False
         prev = event.event_id
-    _check_days(persona, records, events, store.persona(persona), problems)
-    _check_blobs(worlds, persona, events, where, problems)
-    if chain_ok:
-        _rederive(worlds, persona, records, events, problems, progress)
+    return chain_ok
+
+
+def _check_cache(cache: SnapshotCache, persona: str, records: list[DayRecord],
+                 problems: list[Problem]) -> int:
+    """Re-hash every cached snapshot of the persona's days, dropping the bad ones; returns
+    how many entries there were."""
+    entries = 0
     for rec in records:
-        if worlds.cache.get(rec.world_hash) is not None:
-            report.cache_entries += 1
-            problem = worlds.cache.check(rec.world_hash)
-            if problem:
-                table, file = _cache_difference(worlds, rec)
-                problems.append(Problem(persona, "cache", f"{persona}@{rec.day}: {problem}; "
-                                        "the entry was dropped and will be rebuilt from the log",
-                                        rec.day, table=table, file=file))
-                worlds.cache.evict(rec.world_hash)
+        if cache.get(rec.world_hash) is None:
+            continue
+        entries += 1
+        problem = cache.check(rec.world_hash)
+        if problem:
+            table, file = _cache_difference(cache, rec)
+            problems.append(Problem(persona, "cache", f"{persona}@{rec.day}: {problem}; "
+                                    "the entry was dropped and will be rebuilt from the log",
+                                    rec.day, table=table, file=file))
+            cache.evict(rec.world_hash)
+    return entries
 
 
 def _manifest_hash(rec: DayRecord) -> str | None:
@@ -84,9 +116,9 @@ def _manifest_hash(rec: DayRecord) -> str | None:
         return None
 
 
-def _cache_difference(worlds: Worlds, rec: DayRecord) -> tuple[str | None, str | None]:
+def _cache_difference(cache: SnapshotCache, rec: DayRecord) -> tuple[str | None, str | None]:
     """The first table ('service.table') or file where a cached world differs from its day."""
-    world = worlds.cache.get(rec.world_hash)
+    world = cache.get(rec.world_hash)
     try:
         assert world is not None
         service, table, file = first_difference(decode_manifest(rec.manifest),
@@ -101,9 +133,7 @@ def _day_index(records: list[DayRecord]) -> dict[int, DayRecord]:
 
 
 def _check_days(persona: str, records: list[DayRecord], events: list[StoredEvent],
-                summary: object, problems: list) -> None:  # type: ignore[type-arg]
-    from replay.engine import Problem
-
+                summary: PersonaSummary | None, problems: list[Problem]) -> None:
     expected_first = 0
     for rec in records:
         if rec.first_seq != expected_first or rec.last_seq >= len(events) \
@@ -125,17 +155,14 @@ def _check_days(persona: str, records: list[DayRecord], events: list[StoredEvent
         problems.append(Problem(persona, "day", f"{len(events) - expected_first} events after "
                                 "the last day record belong to no day"))
     last = records[-1]
-    if summary is None or getattr(summary, "head", None) != last.head \
-            or getattr(summary, "last_seq", None) != last.last_seq \
-            or getattr(summary, "world_hash", None) != last.world_hash:
+    if summary is None or (summary.head, summary.last_seq, summary.world_hash) != (
+            last.head, last.last_seq, last.world_hash):
         problems.append(Problem(persona, "day", f"persona {persona!r}: its summary does not "
                                 "match its last day record"))
 
 
-def _check_blobs(worlds: Worlds, persona: str, events: list[StoredEvent], where: object,
-                 problems: list) -> None:  # type: ignore[type-arg]
-    from replay.engine import Problem
-
+def _check_blobs(store: EventStore, persona: str, events: list[StoredEvent], where: Locate,
+                 problems: list[Problem]) -> None:
     checked: dict[str, str | None] = {}
     for event in events:
         try:
@@ -149,13 +176,13 @@ def _check_blobs(worlds: Worlds, persona: str, events: list[StoredEvent], where:
             continue
         if blob not in checked:
             try:
-                data = worlds.store.blob(blob)
+                data = store.blob(blob)
                 checked[blob] = None if digest(data) == blob else "was modified"
             except NotFoundError:
                 checked[blob] = "is missing"
         what = checked[blob]
         if what:
-            day, index = where(event)  # type: ignore[operator]
+            day, index = where(event)
             path = payload.path if isinstance(payload, FileWritePayload) else \
                 f"apps/{getattr(payload, 'service', '?')}.py"
             problems.append(Problem(persona, "blob", f"blob {blob} (file {path!r} of "
@@ -164,17 +191,17 @@ def _check_blobs(worlds: Worlds, persona: str, events: list[StoredEvent], where:
             checked[blob] = None  # report each blob once
 
 
-def _rederive(worlds: Worlds, persona: str, records: list[DayRecord],
-              events: list[StoredEvent], problems: list,  # type: ignore[type-arg]
+def _rederive(store: EventStore, cache: SnapshotCache, persona: str, records: list[DayRecord],
+              events: list[StoredEvent], problems: list[Problem],
               progress: Progress | None) -> None:
-    from replay.engine import DayResult, Problem
-
+    """Replay the whole stream from an empty world (never from the cache) and compare each
+    day's hash with the recorded one; stop at the first day that differs."""
     by_day = {r.day: r for r in records}
-    scratch = worlds.cache.scratch()
+    scratch = cache.scratch()
     root = scratch / "world"
     root.mkdir()
     try:
-        for built in build_days(root, iter(events), worlds.store.blob):
+        for built in build_days(root, iter(events), store.blob):
             rec = by_day[built.day]
             ok = built.world_hash == rec.world_hash
             if progress:
@@ -190,15 +217,11 @@ def _rederive(worlds: Worlds, persona: str, records: list[DayRecord],
     except WorldError as exc:
         problems.append(Problem(persona, "hash", f"replay failed: {exc}"))
     finally:
-        from replay.files import remove_tree
-
         remove_tree(scratch)
 
 
 def _divergence(persona: str, rec: DayRecord, got: Manifest, got_hash: str,
-                events: list[StoredEvent]) -> object:
-    from replay.engine import Problem, touched_by
-
+                events: list[StoredEvent]) -> Problem:
     recorded = decode_manifest(rec.manifest)
     service, table, file = first_difference(recorded, got)
     day_events = events[rec.first_seq: rec.last_seq + 1]
@@ -232,3 +255,19 @@ def first_difference(a: Manifest, b: Manifest) -> tuple[str | None, str | None, 
         if a.apps.get(name) != b.apps.get(name):
             return None, None, f"apps/{name}"
     return None, None, None
+
+
+def touched_by(payload: Payload, table: str | None, file: str | None,
+               service: str | None) -> bool:
+    """Whether an event plausibly wrote `table` of `service`, or `file` (to name the first
+    event of a day that writes what differs)."""
+    if file is not None and file.startswith("apps/"):
+        return isinstance(payload, AppPayload) and file.split("/")[1].split(".")[0] == \
+            payload.service
+    if file is not None:
+        return isinstance(payload, FileWritePayload | FileDeletePayload) and payload.path == file
+    if isinstance(payload, SqlPayload) and payload.service == service:
+        if table is None:
+            return True
+        return re.search(rf"(?i)(^|[^\w]){re.escape(table)}([^\w]|$)", payload.sql) is not None
+    return False

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-DEMO_JSONL = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 _DB_COUNTER = itertools.count()
 
 

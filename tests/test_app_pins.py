@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from envs.app import App
-from envs.instance import AppPinError, Environment
+from envs.errors import AppPinError
+from envs.instance import Environment
 from replay import Worlds, hash_world
 from worldstore.errors import InputError
 
@@ -122,4 +123,4 @@ def test_the_demo_world_pins_exactly_the_shipped_apps(demo_jsonl: Path) -> None:
         assert (pins[service]["app"], pins[service]["version"], pins[service]["digest"]) == (
             app.name, app.version, app.digest), (
             f"envs/apps/{service}.py changed: regenerate the demo world with "
-            "`.venv/bin/python worldstore/data/demo/build_lars.py`")
+            "`.venv/bin/python packs/demo/world/build_lars.py`")

@@ -104,8 +104,6 @@ def test_clock_functions_read_the_events_ts(worlds: Worlds, tmp_path: Path) -> N
     ]
 
 
-
-
 def test_triggers_see_the_clock_of_the_event_that_fired_them(worlds: Worlds, tmp_path: Path
                                                              ) -> None:
     lines = [

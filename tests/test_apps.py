@@ -25,7 +25,7 @@ from envs.apps import _common as apps_common
 from replay import Mount, Worlds
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO = REPO / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 NOW = "2026-03-09T18:00:00Z"
 INJECTION = "'); DROP TABLE products;--"
 ALL_SPECS = [spec for app in SHIPPED.values() for spec in app.tools.values()]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.checker import check_determinism
-from envs.demo import SCRIPT
 from envs.instance import Environment
+from envs.script import as_checker_calls, load_script
+from packs.registry import load_pack
 from replay import Worlds
 
 CALLS = [
-    *SCRIPT,
+    *as_checker_calls(load_script(load_pack("demo").episode("demo"))[1]),
     ("shop_add_to_cart", {"product_id": 1, "quantity": 1}),
     ("shop_get_cart", {}),
     ("calendar_create_event", {"calendar_id": 1, "title": "Handover Nordlys",

@@ -33,7 +33,7 @@ from replay.files import copy_tree
 from replay.hashing import hash_world
 
 WORLDCTL = Path(sys.executable).parent / "worldctl"
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 N_DAYS = 8
 
 

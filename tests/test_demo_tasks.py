@@ -1,4 +1,4 @@
-"""The demo tasks of gates/data/tasks, on real instances of the bundled demo world.
+"""The demo tasks of packs/demo/tasks, on real instances of the bundled demo world.
 
 Each task folder must load, name a recorded day of ``lars`` between 2 and 7 (a different
 day per task), need both the MCP tools and the shell, and ship a verifier that tells the
@@ -28,13 +28,14 @@ from gates.contract import AnswerStep, Difficulty, ShellStep, Solution, ToolStep
 from gates.rollout import interfaces_used
 from gates.task import SOLUTION_FILE, Task, load_task
 from gates.verifier import SDK_DIR, run_verifier
+from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.hashing import world_manifest
 
-ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "worldstore" / "data" / "demo" / "lars.jsonl"
-TASKS = ROOT / "gates" / "data" / "tasks"
-TASK_IDS = sorted(p.name for p in TASKS.iterdir() if p.is_dir())
+PACK = load_pack("demo")  # the tasks as every caller finds them: through the registry
+DEMO = PACK.worlds[0]
+TASKS = PACK.tasks_dir
+TASK_IDS = list(PACK.tasks)
 AGENTS = ("reference", "first-half", "shortcut", "nothing", "answer-only")
 LIVE_TEST = ("reference", "first-half", "shortcut")  # the difficulty gate's unhinted three
 LABEL_BY_SUCCESSES: dict[int, Difficulty] = {1: "hard", 2: "medium"}

@@ -32,12 +32,13 @@ from envs.episodes_store import (
 )
 from envs.instance import Environment
 from replay import Worlds
-from worldstore.errors import ConflictError, IntegrityError, NotFoundError
+from replay.errors import IntegrityError
+from worldstore.errors import ConflictError, NotFoundError
 from worldstore.migrate import head_revision
 from worldstore.open import open_event_store
 from worldstore.sqlstore import SqlEventStore
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 WORLDCTL = Path(sys.executable).parent / "worldctl"
 TITLE = "Episode-title"
 

@@ -16,15 +16,15 @@ import pytest
 
 from envs.instance import Environment
 from gates.contract import GateReport, GateResult
-from gates.gates import DifficultyConfig, GateRun, check_task
+from gates.quality import DifficultyConfig, GateRun, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
 from replay.engine import Worlds
 from worldstore.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "worldstore" / "data" / "demo" / "lars.jsonl"
-TASKS = ROOT / "gates" / "data" / "tasks"
+DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
+TASKS = ROOT / "packs" / "demo" / "tasks"
 BASE = "mats-work-order"  # a good demo task the planted defects are made from
 
 
@@ -293,7 +293,7 @@ def test_the_gym_wrapper_rewards_with_the_tasks_verifier(env: Environment) -> No
 
 def test_a_task_for_another_world_is_refused_before_anything_runs(env: Environment,
                                                                   tmp_path: Path) -> None:
-    from worldstore.errors import TaskError
+    from gates.errors import TaskError
 
     task = planted(tmp_path, "elsewhere", {}, keep=True, spec={"world_hash": "0" * 32})
     with pytest.raises(TaskError, match=r"task\.json.*another world.*field 'world_hash'"):

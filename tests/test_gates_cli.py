@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from worldstore.cli import cli
+from worldctl.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "worldstore" / "data" / "demo" / "lars.jsonl"
-TASK = ROOT / "gates" / "data" / "tasks" / "mats-work-order"
+DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
+TASK = ROOT / "packs" / "demo" / "tasks" / "mats-work-order"
 
 
 @pytest.fixture(scope="module")

@@ -20,18 +20,18 @@ from llm_server import serving
 
 from envs.instance import Environment
 from gates.contract import Rollout
-from gates.gates import GateRun, Judges, apply_gates, check_task
-from gates.judges import AgentJudge, CodeJudge
-from gates.judging import LLMReviewer, judges_from_env
-from gates.llm import LLMClient
+from gates.judges import AgentJudge, CodeJudge, judges_from_env
+from gates.quality import GateRun, Judges, apply_gates, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
-from gates.validate_day import validate_day
+from llm.client import LLMClient
 from replay.engine import Worlds
+from synth.reviewer import LLMReviewer
+from synth.validate_day import validate_day
 
 ROOT = Path(__file__).resolve().parent.parent
-DEMO = ROOT / "worldstore" / "data" / "demo" / "lars.jsonl"
-TASK = ROOT / "gates" / "data" / "tasks" / "mats-work-order"
+DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
+TASK = ROOT / "packs" / "demo" / "tasks" / "mats-work-order"
 WORK_ORDER = "jobs/nordlys/workorder-mats.md"
 
 

@@ -27,12 +27,13 @@ from pydantic import BaseModel, Field
 
 from envs.app import App, ToolContext, ToolError
 from envs.episode import Episode, ToolCall, apply_effects
-from envs.gateway import Gateway, GatewayError, check_bind, serve
+from envs.errors import GatewayError
+from envs.gateway import Gateway, check_bind, serve
 from envs.instance import Environment
 from replay import Worlds
-from worldstore.cli import cli
+from worldctl.main import cli
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 TOKEN = "s3cret-token"
 NOTE_TOOLS = ["notes_get_note", "notes_rename_note", "notes_slow"]
 

@@ -21,13 +21,13 @@ import msgspec
 import pytest
 
 from replay.engine import Worlds
+from replay.errors import WorldDirError
 from replay.hashing import (
     decode_manifest,
     encode_manifest,
     hash_world,
     world_manifest,
 )
-from worldstore.errors import WorldDirError
 
 WORLDCTL = Path(sys.executable).parent / "worldctl"
 
@@ -65,7 +65,7 @@ def table_world(root: Path, create: str, rows: Iterable[Sequence[Any]]) -> str:
 
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    demo = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+    demo = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
     store = tmp_path_factory.mktemp("hashing") / "store"
     with Worlds.open(store) as worlds:
         worlds.import_file(demo)

@@ -12,14 +12,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastmcp import Client
+from fastmcp import Client, FastMCP
+from fastmcp.exceptions import ToolError as McpToolError
+from fastmcp.exceptions import ValidationError as McpValidationError
+from fastmcp.tools import Tool
 from notes_app import notes_app
 
-from envs.app import App, ToolContext
+from envs.app import App, ToolContext, bind
 from envs.checker import check_determinism
+from envs.contract import CallClock, CallContext, ToolResult
+from envs.dispatch import execute_tool, open_tool_db
 from envs.episode import DbChange, Episode, ToolCall, apply_effects
-from envs.gym import ResetNeeded, WorldEnv
-from envs.instance import Environment, Instance, InstanceClosed
+from envs.errors import InstanceClosed, ResetNeeded
+from envs.gym import WorldEnv
+from envs.instance import Environment, Instance
 from envs.mcp import instance_server
 from replay import Worlds
 
@@ -37,7 +43,7 @@ def stamp(ctx: ToolContext) -> int:
 
 @pytest.fixture(scope="module")
 def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    demo = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+    demo = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
     with Worlds.open(tmp_path_factory.mktemp("store")) as w:
         w.import_file(demo)
         yield w
@@ -181,6 +187,84 @@ def test_hundreds_of_concurrent_instances_stay_isolated(env: Environment,
     finally:
         for instance in instances:
             instance.close()
+
+
+shapes = notes_app("shapes-notes")
+
+
+@shapes.tool(writes=False)
+def titles(ctx: ToolContext, limit: int = 3) -> list[str]:
+    """Note titles: a list result."""
+    return [str(r["title"]) for r in ctx.rows("SELECT title FROM notes ORDER BY id LIMIT ?",
+                                              (limit,))]
+
+
+@shapes.tool(writes=False)
+def counts(ctx: ToolContext) -> dict[str, int]:
+    """A dict result."""
+    return {"notes": int(ctx.value("SELECT count(*) FROM notes"))}
+
+
+@shapes.tool(writes=False)
+def nothing(ctx: ToolContext) -> None:
+    """No result."""
+
+
+@shapes.tool(writes=False)
+def boom(ctx: ToolContext) -> int:
+    """A tool that fails."""
+    raise RuntimeError("kaboom")
+
+
+SHAPE_CALLS: list[tuple[str, dict[str, object]]] = [
+    ("notes_get_note", {"note_id": 4}), ("notes_get_note", {"note_id": "4"}),
+    ("notes_get_note", {"note_id": 0}), ("notes_get_note", {"note_id": "four"}),
+    ("notes_get_note", {}), ("notes_get_note", {"note_id": 4, "color": "red"}),
+    ("notes_rename_note", {"note_id": 4, "title": "renamed"}),
+    ("notes_rename_note", {"note_id": 999, "title": "x"}),
+    ("notes_rename_note", {"note_id": 4, "title": ""}),
+    ("notes_titles", {}), ("notes_titles", {"limit": 2.0}), ("notes_titles", {"limit": 2.5}),
+    ("notes_counts", {}), ("notes_nothing", {}), ("notes_boom", {}),
+    ("notes_get_note", {"note_id": 4}),
+]
+
+
+def test_the_dispatch_answers_as_a_fastmcp_server_would(worlds: Worlds) -> None:
+    """Schemas, validation errors, refusals, failures and results are those of a FastMCP
+    server serving the same tool functions: the MCP surface agents know, with no FastMCP
+    server in the call."""
+    env = Environment(worlds, apps={"notes": shapes}, check_pins=False)
+    with env.open("lars@7") as inst, env.open("lars@7") as twin:
+        conn = open_tool_db(twin.mount.db_path("notes"))
+        contexts: list[CallContext] = []
+        server = FastMCP("reference")
+        for spec in shapes.tools.values():
+            server.add_tool(Tool.from_function(
+                bind(spec, lambda spec, kwargs: execute_tool(conn, spec, kwargs, contexts[-1])),
+                name=spec.full_name, description=spec.description, run_in_thread=False))
+
+        async def compare() -> None:
+            listed = {t.name: t for t in await server.list_tools()}
+            assert [(t.name, t.description, t.input_schema, t.output_schema)
+                    for t in inst.list_tools()] == [
+                (n, listed[n].description, listed[n].parameters, listed[n].output_schema)
+                for n in sorted(listed)]
+            for index, (name, arguments) in enumerate(SHAPE_CALLS, start=1):
+                got = await inst.acall_tool(name, arguments)
+                clock = CallClock.of_call(inst.record.last_ts, inst.record.world_hash, index)
+                contexts.append(CallContext(clock))
+                try:
+                    raw = await server.call_tool(name, arguments)
+                    want = ToolResult(bool(raw.is_error), "".join(
+                        getattr(c, "text", "") for c in raw.content), raw.structured_content)
+                except (McpToolError, McpValidationError) as exc:
+                    want = ToolResult(True, str(exc))
+                assert got == want, (name, arguments)
+
+        asyncio.run(compare())
+        conn.close()
+        assert inst.hash() == twin.hash() != inst.record.world_hash
+        assert [e.index for e in inst.episode.events if isinstance(e, DbChange)] == [7]
 
 
 def test_mcp_tools_mode_in_memory(inst: Instance) -> None:

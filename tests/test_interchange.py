@@ -21,18 +21,13 @@ from typing import Any
 
 import pytest
 
-from replay.apply import EventFailed, WorldBuilder
+from replay.apply import WorldBuilder
 from replay.engine import Worlds
+from replay.errors import ApplyError, EventFailed
+from replay.fold import build_days
 from replay.layout import WORKSPACE, workspace_path
-from replay.materialize import build_days
 from worldstore.canonical import digest
-from worldstore.errors import (
-    ApplyError,
-    DayOrderError,
-    InputError,
-    PathError,
-    WorldError,
-)
+from worldstore.errors import DayOrderError, InputError, PathError, WorldError
 from worldstore.events import (
     GENESIS,
     FileDeletePayload,

@@ -27,6 +27,7 @@ from gates.contract import (
     TurnRecord,
     Verdict,
 )
+from gates.errors import InspectionRefused, InvalidAnswer
 from gates.judges import (
     MAX_FILE_BYTES,
     MAX_ROWS,
@@ -34,21 +35,19 @@ from gates.judges import (
     RESPONSE_FORMAT,
     AgentJudge,
     CodeJudge,
-    InspectionRefused,
-    InvalidAnswer,
     WorldInspector,
     judged_success,
     parse_answer,
     render_trajectory,
     render_verdict,
 )
-from gates.llm import LLMClient
 from gates.rollout import run_rollout
 from gates.task import Task, load_task
+from llm.client import LLMClient
 from replay import Worlds
 from worldstore.errors import ConfigError
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 MODEL = "openai/judge"
 TITLE = "Nordlys Studio - Fjellrommet brief"
 PASSING = Verdict(checks=[Check(script="title.py", name="summary_is_the_title", passed=True)],

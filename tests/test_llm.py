@@ -16,17 +16,15 @@ import msgspec
 import pytest
 from llm_server import FIXTURES, LoopbackLLM, serving
 
-from gates.llm import (
+from llm.client import (
     Completion,
-    LLMCallError,
     LLMClient,
-    NoModel,
-    RecordingMissing,
     ToolCall,
     build_request,
     client_from_env,
     request_hash,
 )
+from llm.errors import LLMCallError, NoModel, RecordingMissing
 from worldstore.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -195,9 +193,9 @@ def test_litellm_is_imported_lazily_and_offline() -> None:
     """Importing the grading modules must not import litellm (seconds), and importing it
     through the client must not try to download the model cost map."""
     code = ("import sys\n"
-            "import gates.llm, gates.judges, gates.llm_agent\n"
+            "import llm.client, gates.judges, gates.llm_agent\n"
             "assert 'litellm' not in sys.modules, 'litellm imported eagerly'\n"
-            "from gates.llm import _litellm\n"
+            "from llm.client import _litellm\n"
             "_litellm()\n"
             "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}

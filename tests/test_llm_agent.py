@@ -13,14 +13,15 @@ from llm_server import FIXTURES, LoopbackLLM, load_script, serving
 from envs.episode import FileChange, ShellCall, ToolCall
 from envs.instance import Environment, Instance
 from gates.contract import AnswerStep, ShellStep, ToolStep
-from gates.llm import LLMClient, NoModel
 from gates.llm_agent import MAX_INVALID_STEPS, OBSERVATION_LIMIT, LLMAgent
 from gates.rollout import run_rollout
 from gates.task import Task, load_task
+from llm.client import LLMClient
+from llm.errors import NoModel
 from replay import Worlds
 from worldstore.errors import ConfigError
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 TITLE = "Nordlys Studio - Fjellrommet brief"
 
 

@@ -7,7 +7,6 @@ from typing import Any
 import msgspec
 import pytest
 import sqlalchemy as sa
-from store_contract import append, build_day, contents, next_day
 
 from worldstore import events as ev
 from worldstore.errors import StoreVersionError
@@ -26,6 +25,7 @@ from worldstore.events import (
 from worldstore.migrate import head_revision
 from worldstore.open import open_event_store
 from worldstore.sqlstore import SqlEventStore
+from worldstore.testing import append, build_day, contents, next_day
 
 STORE_TABLES = {"personas", "events", "days", "blobs", "episodes", "alembic_version"}
 FUTURE = "9999_from_the_future"
@@ -203,7 +203,7 @@ def test_stored_old_event_is_upcast_on_read(store_location: str,
     fields = dict(persona="old", seq=0, day=0, ts="2026-03-02T08:00:00Z", prev=GENESIS,
                   schema_version=0, body=body)
     old_event = StoredEvent(event_id=compute_event_id(**fields), **fields)  # type: ignore[arg-type]
-    from store_contract import new_day
+    from worldstore.testing import new_day
 
     store = open_event_store(store_location)
     try:

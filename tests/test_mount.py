@@ -19,11 +19,12 @@ import pytest
 
 from replay.cache import SnapshotCache
 from replay.engine import Worlds
+from replay.errors import WorldDirError
 from replay.hashing import hash_world
 from replay.mount import Mount
-from worldstore.errors import WorldDirError, WorldError
+from worldstore.errors import WorldError
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 REF = "lars@5"
 SENTINEL_NS = 1_000_000_000  # the mtime replay/mount.py pins on every copied file
 

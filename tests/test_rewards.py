@@ -27,27 +27,29 @@ from gates.contract import (
     TurnRecord,
     Verdict,
 )
+from gates.errors import RewardError
 from gates.rewards import (
     AwmStep,
-    RewardError,
     awm_outcome_reward,
     awm_step_rewards,
     awm_steps,
     catalogue_from_list_tools,
-    group_advantages,
-    group_status,
-    launch_count,
-    next_block,
-    pick_group,
     schema_problem,
-    update_kappa,
     validate_awm_rollout,
     wildawm_reward,
     wildawm_reward_exact,
 )
 from replay import Worlds
+from rl.advantages import (
+    group_advantages,
+    group_status,
+    launch_count,
+    next_block,
+    pick_group,
+    update_kappa,
+)
 
-DEMO_JSONL = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 
 THINK = "<thinking>Look up order 2 first.</thinking>"
 

@@ -11,21 +11,31 @@ import errno
 import itertools
 import os
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from envs.errors import SandboxError
 from envs.sandbox import (
+    LIMIT_REASONS,
+    Bind,
     BubblewrapSandbox,
     DockerSandbox,
     Limits,
+    Rlimits,
+    SandboxPolicy,
+    SandboxTools,
     ShellResult,
+    bwrap_argv,
+    classify_limit,
     default_sandbox,
+    find_sandbox_tools,
     run_sandboxed,
 )
-from worldstore.errors import SandboxError
+from envs.worker_pool import AppWorker
 
 SECRET = "top-secret-of-instance-b"
 MARKER = "[... output truncated at"
@@ -378,3 +388,185 @@ def test_docker_command_line(tmp_path: Path) -> None:
         assert pair in pairs
     assert "--read-only" in argv
     assert argv[-4:] == ["img:1", "bash", "-c", "echo hi"]
+
+
+# --- the one policy builder: what every command line holds ------------------------------
+
+
+# Namespaces every sandbox must leave, whichever bwrap stage unshares them.
+NAMESPACES = {"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try", "--unshare-user"}
+# bwrap options that open the sandbox up; no policy may produce any of them.
+LOOSENERS = {"--share-net", "--unshare-user-try", "--bind-try", "--dev-bind-try", "--exec-label",
+             "--userns", "--userns2", "--pidns", "--seccomp", "--add-seccomp-fd", "--block-fd",
+             "--sync-fd", "--info-fd", "--json-status-fd", "--lock-file"}
+# bwrap's options with the number of values each takes (those the builder may emit).
+ARITY = {"--unshare-all": 0, "--unshare-user": 0, "--unshare-pid": 0, "--unshare-net": 0,
+         "--unshare-ipc": 0, "--unshare-uts": 0, "--unshare-cgroup-try": 0, "--uid": 1,
+         "--gid": 1, "--disable-userns": 0, "--cap-drop": 1, "--cap-add": 1,
+         "--die-with-parent": 0, "--as-pid-1": 0, "--new-session": 0, "--hostname": 1,
+         "--ro-bind": 2, "--bind": 2, "--dev-bind": 2, "--symlink": 2, "--proc": 1, "--dev": 1,
+         "--perms": 1, "--size": 1, "--tmpfs": 1, "--dir": 1, "--clearenv": 0, "--chdir": 1,
+         "--setenv": 2, "--remount-ro": 1}
+
+
+def _stages(argv: list[str], tools: SandboxTools) -> tuple[list[str], list[list[tuple[str, ...]]],
+                                                            list[str]]:
+    """prlimit's options, each bwrap stage as (option, values...) tuples, and whatever
+    runs between stages (setpriv) or at the end (the command)."""
+    assert argv[0] == tools.prlimit
+    end = argv.index("--")
+    limits, rest = argv[1:end], argv[end + 1:]
+    stages: list[list[tuple[str, ...]]] = []
+    between: list[str] = []
+    while rest and rest[0] == tools.bwrap:
+        i, ops = 1, []
+        while rest[i] != "--":
+            option = rest[i]
+            assert option in ARITY, f"unexpected bwrap option {option}"
+            ops.append(tuple(rest[i:i + 1 + ARITY[option]]))
+            i += 1 + ARITY[option]
+        stages.append(ops)
+        rest = rest[i + 1:]
+        if tools.setpriv is not None and rest and rest[0] == tools.setpriv:
+            cut = rest.index("--")
+            between += rest[:cut]
+            rest = rest[cut + 1:]
+    return limits, stages, between + rest
+
+
+def _assert_isolated(policy: SandboxPolicy, argv: list[str], tools: SandboxTools) -> None:
+    """What any policy's command line must hold, and that it binds what the policy says."""
+    limits, stages, tail = _stages(argv, tools)
+    assert limits[-1] == "--core=0" and any(o.startswith("--nofile=") for o in limits)
+    assert f"--cpu={policy.rlimits.cpu_s}:{policy.rlimits.cpu_s + 1}" in limits
+    assert f"--as={policy.rlimits.memory_mib << 20}" in limits
+    assert f"--fsize={policy.rlimits.max_file_mib << 20}" in limits
+    flags = {op[0] for stage in stages for op in stage}
+    assert not flags & LOOSENERS
+    assert flags >= NAMESPACES or flags >= {"--unshare-all", "--unshare-user"}
+    for stage in stages:  # every stage drops every capability and dies with its parent
+        assert ("--cap-drop", "ALL") in stage and ("--die-with-parent",) in stage
+        if any(op[0] == "--unshare-user" for op in stage):
+            assert ("--disable-userns",) in stage
+    outer = stages[0]
+    assert ("--new-session",) in outer and ("--hostname", "sandbox") in outer
+    if len(stages) == 1:
+        assert not any(op[0] == "--cap-add" for op in outer)
+    else:  # the privileged outer stage keeps only what setpriv needs, which then drops all
+        assert {op[1] for op in outer if op[0] == "--cap-add"} == {
+            "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"}
+        assert policy.user is not None
+        assert tail[:7] == [tools.setpriv, f"--reuid={policy.user[0]}",
+                            f"--regid={policy.user[1]}", "--clear-groups", "--inh-caps=-all",
+                            "--bounding-set=-all", "--no-new-privs"]
+        assert ("--dev-bind", "/", "/") in stages[1] and len(stages) == 2
+        assert ("--chdir", policy.cwd) in stages[1]
+    assert outer[-1] == ("--remount-ro", "/")  # after every mount: the root stays read-only
+    assert outer.index(("--clearenv",)) < min(
+        [i for i, op in enumerate(outer) if op[0] == "--setenv"], default=len(outer))
+    assert [op[1:] for op in outer if op[0] == "--setenv"] == [tuple(e) for e in policy.env]
+    # Every mount of the host: system paths and read-only binds read-only, and only the
+    # writable binds writable. No host device nodes in the outer stage.
+    mounts = {op[2]: op for op in outer if op[0] in ("--ro-bind", "--bind", "--dev-bind")}
+    assert not any(op[0] == "--dev-bind" for op in outer)
+    wanted = {path: ("--ro-bind", path, path) for path in policy.system_paths
+              if os.path.isdir(path) and not os.path.islink(path)}
+    wanted |= {b.target: ("--bind" if b.writable else "--ro-bind", str(b.source), b.target)
+               for b in policy.binds}
+    assert mounts == wanted
+    assert {op[1] for op in outer if op[0] == "--tmpfs"} == {t.target for t in policy.tmpfs}
+    assert tail[-len(COMMAND):] == COMMAND
+
+
+COMMAND = ["/bin/true", "--", "x"]
+
+
+def _policies(tmp_path: Path) -> dict[str, SandboxPolicy]:
+    shell = BubblewrapSandbox()
+    extra = [Bind(tmp_path, "/in/ro"), Bind(tmp_path, "/in/rw", writable=True)]
+    return {
+        "shell": shell.policy(tmp_path, Limits()),
+        "shell with binds": shell.policy(tmp_path, Limits(max_procs=7), {"A": "b"}, extra),
+        "own uid": SandboxPolicy(cwd="/", rlimits=Rlimits(cpu_s=1, memory_mib=64,
+                                                          max_file_mib=1), binds=tuple(extra)),
+        "app worker": AppWorker("notes", "", tmp_path).policy(),
+    }
+
+
+@pytest.mark.parametrize("name", ["shell", "shell with binds", "own uid", "app worker"])
+def test_every_policy_builds_an_isolated_command_line(tmp_path: Path, name: str) -> None:
+    tools = find_sandbox_tools()
+    policy = _policies(tmp_path)[name]
+    _assert_isolated(policy, bwrap_argv(policy, COMMAND, tools), tools)
+
+
+def test_the_shell_policy(box: BubblewrapSandbox, ws: Path) -> None:
+    policy = box.policy(ws, Limits(max_procs=9, tmp_mib=3), {"GREETING": "hi"},
+                        [Bind(ws.parent, "/data")])
+    assert policy.binds == (Bind(ws, "/workspace", writable=True), Bind(ws.parent, "/data"))
+    assert (policy.cwd, policy.user, policy.as_pid_1) == ("/workspace", box.ids(), True)
+    assert policy.rlimits.max_procs == 9 and {t.size_mib for t in policy.tmpfs} == {3}
+    assert dict(policy.env)["GREETING"] == "hi" and dict(policy.env)["HOME"] == "/workspace"
+    argv = box.build_argv("echo hi", ws, Limits(), binds=[Bind(ws.parent, "/data")])
+    assert argv == bwrap_argv(box.policy(ws, Limits(), binds=[Bind(ws.parent, "/data")]),
+                              ["/bin/bash", "-c", "echo hi"], box.tools)
+    assert "--nproc=64" in argv[:argv.index("--")]
+
+
+def test_the_app_worker_policy_binds_only_python_and_the_project_read_only(
+        tmp_path: Path) -> None:
+    worker = AppWorker("notes", "", tmp_path)
+    policy = worker.policy()
+    assert not any(b.writable for b in policy.binds)
+    assert [b.target for b in policy.binds][:2] == ["/opt/python", "/opt/site"]
+    assert all(b.target.startswith("/opt/") for b in policy.binds)
+    assert "/etc" not in policy.system_paths
+    assert (policy.user, policy.as_pid_1, policy.cwd) == (None, False, "/tmp")
+    assert policy.rlimits.max_procs is None
+    assert worker.argv(5)[-5:] == [f"/opt/python/bin/python{sys.version_info[0]}."
+                                   f"{sys.version_info[1]}", "-s", "-m", "envs.app_worker", "5"]
+
+
+def test_rlimits_are_validated() -> None:
+    with pytest.raises(ValueError, match="open_files"):
+        Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1, open_files=0)
+    assert "--nproc" not in " ".join(Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1).prlimit_args())
+
+
+# --- the one limit classifier ------------------------------------------------------------
+
+
+L = Limits(cpu_s=5)
+# (exit code, stderr, cpu seconds, timed out, flooded) -> the limit named
+CLASSIFIED: list[tuple[int | None, str, float, bool, bool, str | None]] = [
+    (0, "", 0.0, False, False, None),
+    (1, "Traceback ...\nValueError: nope", 0.1, False, False, None),
+    (None, "", 0.0, True, False, "timeout"),
+    (None, "", 9.0, True, True, "timeout"),  # the wall clock first: it is certain
+    (None, "", 0.0, False, True, "output limit"),
+    (0, "", 0.0, True, False, "timeout"),  # killed however it ended
+    (152, "", 5.0, False, False, "cpu"),  # SIGXCPU
+    (1, "bash: line 1: 12 CPU time limit exceeded (core dumped)", 5.0, False, False, "cpu"),
+    (137, "", 5.2, False, False, "cpu"),  # SIGXCPU ignored, the hard limit's SIGKILL
+    (137, "", 0.3, False, False, None),  # a SIGKILL from elsewhere
+    (153, "", 0.1, False, False, "file size"),  # SIGXFSZ
+    (1, "head: error writing 'big': File size limit exceeded", 0.1, False, False, "file size"),
+    (1, "Traceback ...\nMemoryError", 0.1, False, False, "memory"),
+    (1, "bash: fork: Cannot allocate memory", 0.1, False, False, "memory"),
+    (134, "terminate called after throwing an instance of 'std::bad_alloc'", 0.1, False, False,
+     "memory"),
+    (254, "bash: fork: retry: Resource temporarily unavailable", 0.1, False, False, "processes"),
+    (1, "bash: fork: Resource temporarily unavailable", 0.1, False, False, "processes"),
+    (1, "BlockingIOError: [Errno 11] Resource temporarily unavailable", 0.1, False, False, None),
+    (0, "MemoryError", 0.0, False, False, None),  # a clean exit stopped at no limit
+]
+
+
+@pytest.mark.parametrize(("code", "stderr", "cpu_s", "timed_out", "flooded", "expected"),
+                         CLASSIFIED)
+def test_classify_limit(code: int | None, stderr: str, cpu_s: float, timed_out: bool,
+                        flooded: bool, expected: str | None) -> None:
+    assert classify_limit(code, stderr, L, cpu_s=cpu_s, timed_out=timed_out,
+                          flooded=flooded) == expected
+    assert expected is None or expected in LIMIT_REASONS

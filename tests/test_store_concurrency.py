@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_contract import ts_of
 
 from replay.engine import Worlds
+from replay.fold import build_days
 from replay.hashing import encode_manifest
-from replay.materialize import build_days
 from worldstore.canonical import digest
 from worldstore.errors import ConflictError, DayOrderError
 from worldstore.events import GENESIS, FileWritePayload, Payload, SqlPayload, make_event
 from worldstore.open import open_event_store
 from worldstore.store import DayRecord, EventStore, NewDay
+from worldstore.testing import ts_of
 
 SPAWN = mp.get_context("spawn")
 RACERS = 3

@@ -1,30 +1,37 @@
-"""The EventStore contract on PostgreSQL (a fresh database per test; see conftest.pg_url)."""
+"""The store kit (worldstore.testing) on PostgreSQL (a fresh database per test; see
+conftest.pg_url), and what only PostgreSQL can get wrong."""
 
 import pytest
-from store_contract import EventStoreContract
+import sqlalchemy as sa
 
+from worldstore import testing
+from worldstore.canonical import digest
 from worldstore.open import open_event_store
-from worldstore.store import EventStore
+from worldstore.sqlstore import EVENT_PAGE, SqlEventStore
+from worldstore.testing import append, next_day
 
 
-class TestPostgresEventStore(EventStoreContract):
+class PostgresStore:
     @pytest.fixture(autouse=True)
     def _location(self, pg_url: str) -> None:
         self.location = pg_url
 
-    def make_store(self) -> EventStore:
+    def create_store(self) -> SqlEventStore:
         return open_event_store(self.location)
+
+
+class TestPostgresEventStore(PostgresStore, testing.EventStoreContract):
+    event_page = EVENT_PAGE
+
+
+class TestPostgresEpisodeStore(PostgresStore, testing.EpisodeStoreContract):
+    pass
 
 
 def test_persona_order_ignores_the_database_collation(pg_url: str) -> None:
     """A database created under a linguistic locale (say initdb with LANG=en_US.UTF-8)
     sorts 'a-c' after 'a_b'; the store must still list personas in code-point order, as
     SQLite does, so `persona@...` listings and hash lookups agree across backends."""
-    import sqlalchemy as sa
-    from store_contract import append, next_day
-
-    from worldstore.canonical import digest
-
     store = open_event_store(pg_url)
     try:
         with store.engine.begin() as conn:

@@ -1,18 +1,26 @@
-"""The EventStore contract on the embedded SQLite store."""
+"""The store kit (worldstore.testing) on the embedded SQLite store."""
 
 from pathlib import Path
 
 import pytest
-from store_contract import EventStoreContract
 
+from worldstore import testing
 from worldstore.open import open_event_store
-from worldstore.store import EventStore
+from worldstore.sqlstore import EVENT_PAGE, SqlEventStore
 
 
-class TestSqliteEventStore(EventStoreContract):
+class SqliteStore:
     @pytest.fixture(autouse=True)
     def _location(self, tmp_path: Path) -> None:
         self.location = tmp_path / "store"
 
-    def make_store(self) -> EventStore:
+    def create_store(self) -> SqlEventStore:
         return open_event_store(self.location)
+
+
+class TestSqliteEventStore(SqliteStore, testing.EventStoreContract):
+    event_page = EVENT_PAGE
+
+
+class TestSqliteEpisodeStore(SqliteStore, testing.EpisodeStoreContract):
+    pass

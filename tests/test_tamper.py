@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from replay.engine import Problem, Worlds
+from replay.errors import IntegrityError
 from replay.hashing import hash_world
-from worldstore.errors import IntegrityError
 from worldstore.events import FileWritePayload, SqlPayload
 
 WORLDCTL = Path(sys.executable).parent / "worldctl"

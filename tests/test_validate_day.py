@@ -15,7 +15,8 @@ import pytest
 
 from envs.instance import Environment
 from gates.contract import to_json
-from gates.validate_day import (
+from replay import Worlds
+from synth.validate_day import (
     LAYERS,
     DayReport,
     ReviewOutcome,
@@ -25,10 +26,9 @@ from gates.validate_day import (
     render_day_report,
     validate_day,
 )
-from replay import Worlds
 
 HERE = Path(__file__).resolve().parent
-DEMO_JSONL = HERE.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO_JSONL = HERE.parent / "packs" / "demo" / "world" / "lars.jsonl"
 FIXTURES = HERE / "fixtures" / "validate_day"
 
 
@@ -426,7 +426,7 @@ def test_the_report_renders_and_encodes(demo: Worlds) -> None:
 
 
 def test_a_failed_report_says_so() -> None:
-    from gates.validate_day import LayerResult
+    from synth.validate_day import LayerResult
 
     report = DayReport("p", 1, "0" * 32, [LayerResult("lint", "failed", "bad"),
                                           LayerResult("replay", "not_run", "skipped")])

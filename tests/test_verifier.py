@@ -26,16 +26,27 @@ import stat
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from envs.sandbox import Bind, BubblewrapSandbox, DockerSandbox, Limits, default_sandbox
+from envs.errors import SandboxError
+from envs.sandbox import (
+    Bind,
+    BubblewrapSandbox,
+    DockerSandbox,
+    Limits,
+    Rlimits,
+    SandboxPolicy,
+    default_sandbox,
+)
 from gates.contract import Check, Verdict
+from gates.errors import TaskError
 from gates.verifier import (
     SDK_DIR,
+    VERIFIER_LIMITS,
     read_driver_output,
     run_awm_verify,
     run_verifier,
@@ -43,10 +54,11 @@ from gates.verifier import (
     verifier_digests,
 )
 from replay.engine import Worlds
+from replay.errors import WorldDirError
+from replay.files import chmod_tree
 from replay.hashing import world_manifest
-from worldstore.errors import SandboxError, TaskError, WorldDirError
 
-DEMO = Path(__file__).resolve().parent.parent / "worldstore" / "data" / "demo" / "lars.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 RENAMED_NOTE, NEW_TITLE = 9, "Fjord kickoff"
 REPORT = "reports/summary.md"
 REPORT_TEXT = "Fjord kickoff moved to Thursday.\nNordlys install on track.\n"
@@ -915,6 +927,88 @@ def test_binds_are_read_only_unless_writable(box: BubblewrapSandbox, tmp_path: P
     assert (shared / "f.txt").read_text() == "host\nsandbox\n"
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o777  # never chowned or chmodded
     assert os.stat(shared).st_uid == os.getuid()
+
+
+class _PolicyRecorder(BubblewrapSandbox):
+    """The tests' sandbox (a real one), keeping the policy of every run it makes."""
+
+    def __init__(self) -> None:
+        super().__init__(uid=UID, gid=UID)
+        self.policies: list[SandboxPolicy] = []
+
+    def policy(self, workspace: Path, limits: Limits, env: Mapping[str, str] | None = None,
+               binds: Sequence[Bind] = ()) -> SandboxPolicy:
+        made = super().policy(workspace, limits, env, binds)
+        self.policies.append(made)
+        return made
+
+
+@pytest.mark.parametrize("writable", [False, True])
+def test_the_verifier_sandbox_policy(w0: Path, w: Path, tmp_path: Path,
+                                     writable: bool) -> None:
+    """The worlds, the answer, the verifier, the SDK and Python read-only (the verifier
+    writable only for the probe); a scratch workspace; the tests' uid; nothing of the
+    host's environment."""
+    box = _PolicyRecorder()
+    verifier = _verifier(tmp_path / "v", {"ok.py": "import awsdk\nawsdk.result(ok=True)\n"})
+    verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, writable_verifier=writable)
+    assert verdict.passed, verdict.errors
+    [policy] = box.policies
+    binds = {b.target: b for b in policy.binds}
+    assert set(binds) == {"/workspace", "/opt/python", "/sdk", "/w0", "/w", "/answer.txt",
+                          "/verifier"}
+    assert {t for t, b in binds.items() if b.writable} == {"/workspace", *(
+        ["/verifier"] if writable else [])}
+    assert (binds["/w0"].source, binds["/w"].source) == (w0.resolve(), w.resolve())
+    assert binds["/verifier"].source == verifier.resolve()
+    assert binds["/workspace"].source not in (w0.resolve(), w.resolve(), verifier.resolve())
+    assert (policy.user, policy.as_pid_1, policy.cwd) == ((UID, UID), True, "/workspace")
+    assert set(dict(policy.env)) == {"PATH", "HOME", "LANG", "TMPDIR", "LD_LIBRARY_PATH",
+                                     "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "AW_W0", "AW_W",
+                                     "AW_ANSWER"}
+    lim = VERIFIER_LIMITS
+    assert policy.rlimits == Rlimits(cpu_s=lim.cpu_s, memory_mib=lim.memory_mib,
+                                     max_file_mib=lim.max_file_mib, max_procs=lim.max_procs)
+
+
+def test_the_awm_sandbox_policy(w0: Path, w: Path) -> None:
+    box = _PolicyRecorder()
+    assert run_awm_verify(AWM_CODE, _notes(w0), _notes(w), sandbox=box).passed
+    [policy] = box.policies
+    binds = {b.target: b for b in policy.binds}
+    assert set(binds) == {"/workspace", "/opt/python", "/sdk", "/awm/verify.py",
+                          "/awm/initial.sqlite", "/awm/final.sqlite"}
+    assert [t for t, b in binds.items() if b.writable] == ["/workspace"]
+    assert binds["/awm/final.sqlite"].source == _notes(w).resolve()
+
+
+def test_chmod_tree_sets_modes_and_never_follows_a_symlink(tmp_path: Path) -> None:
+    """The helper behind the SDK copy's modes (and remove_tree's)."""
+    top = tmp_path / "t"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "b" / "f.py").write_text("x")
+    (top / "a" / "b" / "f.py").chmod(0o640)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("y")
+    (outside / "secret").chmod(0o600)
+    outside.chmod(0o700)
+    (top / "file_link").symlink_to(outside / "secret")
+    (top / "dir_link").symlink_to(outside)
+    for closed in (top / "a" / "b", top / "a", top):  # innermost first
+        closed.chmod(0o000)
+
+    def modes() -> dict[str, int]:
+        return {str(p.relative_to(tmp_path)): stat.S_IMODE(p.lstat().st_mode)
+                for p in [top, top / "a", top / "a" / "b", top / "a" / "b" / "f.py",
+                          outside, outside / "secret"]}
+
+    chmod_tree(top, dirs=0o755)
+    assert modes() == {"t": 0o755, "t/a": 0o755, "t/a/b": 0o755, "t/a/b/f.py": 0o640,
+                       "outside": 0o700, "outside/secret": 0o600}
+    chmod_tree(top, dirs=0o750, files=0o444)
+    assert modes() == {"t": 0o750, "t/a": 0o750, "t/a/b": 0o750, "t/a/b/f.py": 0o444,
+                       "outside": 0o700, "outside/secret": 0o600}
 
 
 def test_docker_binds_are_volumes(tmp_path: Path) -> None:

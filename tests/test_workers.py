@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from envs.app import App
+from envs.contract import CallClock
 from envs.episode import DbChange
 from envs.episodes_store import replay_episode
-from envs.instance import AppPinError, Environment
-from envs.workers import WorkerLimits, WorkerPool
+from envs.errors import AppPinError
+from envs.instance import Environment
+from envs.worker_pool import WorkerLimits, WorkerPool
 from replay import Worlds
 from replay.layout import service_db
 
@@ -307,8 +310,8 @@ def test_the_host_hands_over_only_regular_files_of_the_worker_instances(env: Env
         outside = Path(env.worlds.cache.root) / "x.sqlite"
         for db, why in [(outside, "not under the worker's instances directory"),
                         (link, "Too many levels of symbolic links")]:
-            reply = worker.call("notes_get_note", {"note_id": 1}, db=db, millis=0, seed="s",
-                                now="2026-01-01T00:00:00Z", call_index=1)
+            reply = worker.call("notes_get_note", {"note_id": 1}, db=db, clock=CallClock(
+                index=1, millis=0, now="2026-01-01T00:00:00Z", seed="s"))
             assert not reply["ok"] and str(db) in reply["error"] and why in reply["error"]
         assert not outside.exists()
         link.unlink()
@@ -388,3 +391,62 @@ def test_carried_code_that_does_not_load_is_refused(tmp_path: Path) -> None:
     with Environment(worlds, apps={}) as env, pytest.raises(AppPinError, match="SyntaxError"):
         env.open("p@0")
     worlds.close()
+
+
+CLOCK_CODE = '''
+from envs.app import App, ToolContext, ToolError
+
+app = App(service="notes", name="clock-notes", version="0.1")
+
+
+@app.tool(writes=False)
+def when(ctx: ToolContext) -> list[str]:
+    """The call's index and time as the tool and SQLite see them, and a random draw."""
+    sql = ctx.row("SELECT datetime('now') AS now, random() AS draw")
+    assert sql is not None
+    return [str(ctx.call_index), ctx.now, str(sql["now"]), str(sql["draw"])]
+
+
+@app.tool(writes=True)
+def add_drawn(ctx: ToolContext, prefix: str) -> int:
+    """Add a note titled by a random draw."""
+    ctx.execute("INSERT INTO notes(title) SELECT ? || random() || datetime('now')", (prefix,))
+    return int(ctx.value("SELECT MAX(id) FROM notes"))
+
+
+@app.tool(writes=False)
+def refuse(ctx: ToolContext) -> int:
+    """Always refuses."""
+    raise ToolError("refused")
+'''
+
+
+def test_a_carried_app_answers_as_the_same_code_in_process(tmp_path: Path) -> None:
+    """The worker runs a call at the clock and seed the instance hands it: the same code,
+    carried or in this process, gives the same responses, effects and final world."""
+    namespace: dict[str, object] = {}
+    exec(compile(CLOCK_CODE, "<clock app, in process>", "exec"), namespace)
+    in_process = namespace["app"]
+    assert isinstance(in_process, App)
+    calls: list[tuple[str, dict[str, object]]] = [
+        ("notes_when", {}), ("notes_add_drawn", {"prefix": "a"}), ("notes_when", {}),
+        ("notes_add_drawn", {"prefix": 7}), ("notes_add_drawn", {}), ("notes_refuse", {}),
+        ("notes_nope", {}), ("notes_add_drawn", {"prefix": "b"})]
+    worlds = _world(tmp_path / "store", CLOCK_CODE)
+    outcomes = []
+    for apps, check_pins in (({}, True), ({"notes": in_process}, False)):
+        with Environment(worlds, apps=apps, check_pins=check_pins) as environment, \
+                environment.open("p@0") as instance:
+            results = [instance.call_tool(name, args) for name, args in calls]
+            outcomes.append((results, instance.episode.events, instance.hash()))
+    worlds.close()
+    carried, here = outcomes
+    assert carried == here
+    results = carried[0]
+    assert results[0].structured == {"result": [
+        "1", "2026-01-01T00:00:03Z", "2026-01-01 00:00:03", results[0].structured["result"][3]]}
+    assert results[2].structured["result"][:2] == ["3", "2026-01-01T00:00:05Z"]
+    assert results[0].text != results[2].text  # another call, another draw
+    assert [r.is_error for r in results] == [False, False, False, True, True, True, True, False]
+    assert "prefix" in results[4].text and results[5].text == "refused"
+    assert sum(isinstance(e, DbChange) for e in carried[1]) == 2

@@ -1,19 +1,61 @@
-"""The one error tree of agent-worlds.
+"""The one error tree of agent-worlds: every exception class of every package.
 
-    WorldError                      every error the project raises on purpose
-    ├── InputError                  bad interchange input; names file, line and field
-    ├── PathError                   a workspace path that is absolute, has '..', or escapes
-    ├── ApplyError                  an event that failed to apply; names persona, day, event
-    ├── StoreError                  event-store problems
-    │   ├── ConflictError           a racing append to the same persona; nothing written
-    │   ├── DayOrderError           a day that exists already or is not after the last one
-    │   ├── StoreVersionError       the store's schema is newer than this code
-    │   └── NotFoundError           unknown persona, day, hash or blob
-    ├── IntegrityError              stored data that does not match its own hashes
-    ├── WorldDirError               a directory that is not a world (bad layout)
-    ├── SandboxError                no usable sandbox, or a command it cannot run
-    ├── TaskError                   a task folder that does not load; names file and field
-    └── ConfigError                 invalid configuration (e.g. difficulty intervals)
+Each package keeps its exception classes in its own ``<package>/errors.py``; the whole
+tree is drawn here. An entry is: the class, the package whose errors.py defines it, and
+what it means (continuation lines, if any, are indented under the meaning).
+tests/test_errors.py checks the tree against the code in both directions: every public
+exception class of the project is drawn here, under its real base class, and everything
+drawn here exists where the entry says.
+
+    WorldError                  worldstore  every error the project raises on purpose
+    ├── InputError              worldstore  bad interchange input; names file, line and field
+    ├── PathError               worldstore  a workspace path that is absolute, has '..', or
+    │                                       leaves the workspace
+    ├── StoreError              worldstore  the store refuses or fails an operation
+    │   ├── ConflictError       worldstore  another writer got there first (a racing append,
+    │   │                                   an episode id taken); nothing written
+    │   ├── DayOrderError       worldstore  a day that exists already or is not after the last
+    │   ├── StoreVersionError   worldstore  a store schema or event schema newer than this code
+    │   └── NotFoundError       worldstore  unknown persona, day, world hash, blob or episode
+    ├── ConfigError             worldstore  configuration that cannot work, refused at start-up
+    ├── ApplyError              replay      an event that failed to apply; names persona, day
+    │                                       and event; the whole day is refused
+    ├── EventFailed             replay      one event that cannot be applied, before the fold
+    │                                       names where (it becomes an ApplyError)
+    ├── IntegrityError          replay      stored data that does not match its own hashes
+    ├── WorldDirError           replay      a directory that is not a world (bad layout)
+    ├── PackError               packs       a pack or pack archive that is refused; names
+    │                                       pack, file, field or persona-day
+    ├── SandboxError            envs        no usable sandbox, or a command or workspace it
+    │                                       refuses
+    ├── InstanceClosed          envs        a call on an instance that was closed
+    ├── AppPinError             envs        a world pins app code this installation cannot serve
+    ├── ResetNeeded             envs        step() before reset() or after the episode ended
+    ├── AppLoadError            envs        carried app code that the worker could not load
+    ├── WorkerError             envs        an app worker that timed out, died or answered
+    │                                       nonsense
+    ├── GatewayError            envs        a gateway configuration it refuses (an open bind
+    │                                       without a token, bad limits)
+    ├── NoModel                 llm         no model configured: what needed one did not run
+    ├── RecordingMissing        llm         replay mode found no recorded answer for a request
+    ├── LLMCallError            llm         the model provider refused the request or could not
+    │                                       be reached
+    ├── TaskError               gates       a task folder that does not load; names file and
+    │                                       field
+    ├── InspectionRefused       gates       a judge's read-only tool refused a call
+    ├── InvalidAnswer           gates       a judge's answer that is not the required JSON
+    └── RewardError             gates       input that has no reward (a verifier error, an
+                                            empty checklist, ...); also a ValueError
+
+Outside WorldError on purpose (the root names the foreign base class):
+
+    fastmcp.exceptions.ToolError
+    └── ToolError               envs        a tool's refusal, raised by app code; the agent sees
+                                            it as an error result and it never leaves the tool
+                                            call; FastMCP's own, so any FastMCP server passes it on
+
+Classes whose names start with '_' are private control flow inside one module and never
+reach a caller; they are not drawn.
 
 Driver errors (sqlite3, psycopg, apsw) are translated in one place per adapter;
 nothing outside those adapters catches a driver error.
@@ -47,24 +89,6 @@ class PathError(WorldError):
     """A workspace path that is absolute, contains '..' or leaves the workspace."""
 
 
-class ApplyError(WorldError):
-    """An event failed to apply; the whole persona-day is refused."""
-
-    def __init__(
-        self, message: str, *, persona: str, day: int, index: int, line: int | None = None,
-        source: str | None = None,
-    ) -> None:
-        self.persona = persona
-        self.day = day
-        self.index = index
-        self.line = line
-        self.reason = message
-        where = f"{source}:{line}: " if source and line else (f"line {line}: " if line else "")
-        super().__init__(
-            f"{where}{persona}@{day} event #{index} refused, the whole day is not stored: {message}"
-        )
-
-
 class StoreError(WorldError):
     """A problem with the event store itself."""
 
@@ -83,29 +107,6 @@ class StoreVersionError(StoreError):
 
 class NotFoundError(StoreError):
     """An unknown persona, day, world hash or blob."""
-
-
-class IntegrityError(WorldError):
-    """Stored data does not match its own hashes (tampering or corruption)."""
-
-
-class WorldDirError(WorldError):
-    """A directory that does not have the layout of a world."""
-
-
-class SandboxError(WorldError):
-    """No usable sandbox (bubblewrap or Docker), or a command or workspace it refuses."""
-
-
-class TaskError(WorldError):
-    """A task folder that cannot be loaded. The message names the file and the field."""
-
-    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
-        self.file = file
-        self.field = field
-        self.reason = message
-        suffix = f" (field '{field}')" if field else ""
-        super().__init__(f"{file}: {message}{suffix}")
 
 
 class ConfigError(WorldError):

@@ -4,20 +4,31 @@
   ``cache/`` (snapshots) inside it;
 * a ``postgresql://`` URL: events and blobs in that database; snapshots in a local cache
   directory (``--cache`` / ``WORLDCTL_CACHE``, default ``./.worldctl-cache``).
+
+Errors of opening (no driver, a server that cannot be reached, bad credentials) are
+translated here into one StoreError that names the URL, never its password. SQLAlchemy is
+imported only when a store is actually opened, so that importing this module (and the
+``worldstore`` package) stays cheap.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from worldstore.errors import NotFoundError, StoreError
-from worldstore.migrate import migrate
-from worldstore.sqlstore import SqlEventStore, create_engine_for
+from worldstore.errors import NotFoundError, StoreError, WorldError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from worldstore.sqlstore import SqlEventStore
 
 DEFAULT_STORE = ".worldctl"
 DEFAULT_PG_CACHE = ".worldctl-cache"
+DEFAULT_PG_PACKS = ".worldctl-packs"
 STORE_DB = "events.sqlite"
+PG_DRIVER_HINT = "pip install 'agent-worlds[postgres]'"
 
 
 def is_database_url(location: str) -> bool:
@@ -26,10 +37,12 @@ def is_database_url(location: str) -> bool:
 
 def open_event_store(location: str | os.PathLike[str], *, create: bool = True) -> SqlEventStore:
     """Open (and migrate) a store; with create=False a missing embedded store is an error."""
+    from worldstore.sqlstore import SqlEventStore
+
     location = str(location)
     if is_database_url(location):
         url = location
-        engine = create_engine_for(url)
+        engine = _pg_engine(url)
     else:
         root = Path(location)
         if root.exists() and not root.is_dir():
@@ -38,13 +51,51 @@ def open_event_store(location: str | os.PathLike[str], *, create: bool = True) -
             raise NotFoundError(f"no store at {root} (create one with `worldctl import FILE`)")
         root.mkdir(parents=True, exist_ok=True)
         url = str(root / STORE_DB)
-        engine = create_engine_for(url)
+        engine = _engine(url)
     try:
-        migrate(engine, url)
-    except Exception:
+        _bring_to_head(engine, url)
+    except BaseException:
         engine.dispose()
         raise
-    return SqlEventStore(engine, _redact(url))
+    return SqlEventStore(engine, redact(url))
+
+
+def _engine(url: str) -> Engine:
+    from worldstore.sqlstore import create_engine_for
+
+    return create_engine_for(url)
+
+
+def _pg_engine(url: str) -> Engine:
+    try:
+        return _engine(url)
+    except ImportError as exc:  # SQLAlchemy imports the driver when the engine is made
+        raise StoreError(f"{redact(url)}: a PostgreSQL store needs the psycopg driver, which "
+                         f"is not installed ({exc}): {PG_DRIVER_HINT}") from None
+
+
+def _bring_to_head(engine: Engine, url: str) -> None:
+    import sqlalchemy as sa
+
+    from worldstore.migrate import ensure_schema
+
+    try:
+        ensure_schema(engine, url)
+    except WorldError:
+        raise
+    except sa.exc.DBAPIError as exc:
+        raise StoreError(f"cannot open the store {redact(url)}: "
+                         f"{_driver_reason(exc, url)}") from None
+
+
+def _driver_reason(exc: Exception, url: str) -> str:
+    """The driver's own first line (psycopg says which host and port refused, or which
+    user failed to authenticate), with the password scrubbed should it appear."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    reason = lines[0] if lines else type(orig).__name__
+    password = _password(url)
+    return reason.replace(password, "***") if password else reason
 
 
 def default_cache_dir(location: str | os.PathLike[str]) -> Path:
@@ -54,11 +105,38 @@ def default_cache_dir(location: str | os.PathLike[str]) -> Path:
     return Path(location) / "cache"
 
 
-def _redact(url: str) -> str:
-    """Hide a password in a database URL before it reaches a message."""
-    if "://" not in url or "@" not in url:
-        return url
+def default_packs_dir(location: str | os.PathLike[str]) -> Path:
+    """Where packs installed into a store are unpacked: beside its events for a directory
+    store, ``./.worldctl-packs`` for a PostgreSQL one."""
+    location = str(location)
+    if is_database_url(location):
+        return Path(DEFAULT_PG_PACKS)
+    return Path(location) / "packs"
+
+
+def _credentials(url: str) -> tuple[str, str, str] | None:
+    """(scheme, user info, host part) of a URL with user info, else None."""
+    if "://" not in url:
+        return None
     scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return None
+    creds, host = authority.rsplit("@", 1)
+    return scheme, creds, host + slash + path
+
+
+def _password(url: str) -> str | None:
+    found = _credentials(url)
+    if found is None or ":" not in found[1]:
+        return None
+    return found[1].split(":", 1)[1] or None
+
+
+def redact(url: str) -> str:
+    """Hide a password in a database URL before it reaches a message."""
+    found = _credentials(url)
+    if found is None or ":" not in found[1]:
+        return url
+    scheme, creds, rest = found
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{rest}"

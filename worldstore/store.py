@@ -1,6 +1,15 @@
-"""The event-store contract: records, the store interface and its guarantees. No SQL here.
+"""The store contract: records, the two store interfaces and their guarantees. No SQL here.
 
-Guarantees every implementation keeps (tests/test_store_contract.py checks them on each):
+Two interfaces, because they hold different things with different rules:
+
+* ``EventStore``: persona-day event logs (personas, days, events) and their blobs;
+* ``EpisodeStore``: recorded agent episodes, write-once records beside the logs.
+
+``WorldStore`` is both at once, in one database: what ``worldstore.open.open_event_store``
+returns and ``replay.Worlds`` holds. ``worldstore.testing`` checks each interface on any
+implementation (tests/test_store_sqlite.py and tests/test_store_postgres.py run it).
+
+Guarantees of an EventStore:
 
 * ``append_day`` is atomic: the day's events, blobs and day record are all stored, or
   none of them is.
@@ -9,14 +18,20 @@ Guarantees every implementation keeps (tests/test_store_contract.py checks them 
 * Optimistic concurrency: ``append_day`` names the ``seq`` it expects the persona to end
   at; if another writer got there first it raises ConflictError and writes nothing.
 * Blobs are content-addressed: storing the same bytes twice keeps one copy.
-* Episodes are write-once: storing an episode again with the identical record is a no-op;
-  a different record under a stored episode_id is a ConflictError and changes nothing.
+
+Guarantees of an EpisodeStore:
+
+* Episodes are write-once: storing an episode again with the identical record is a no-op
+  (also when two writers race); a different record under a stored episode_id is a
+  ConflictError and changes nothing.
+* An episode's body is opaque bytes, returned exactly as stored.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator
+from typing import Self
 
 import msgspec
 
@@ -69,10 +84,23 @@ class EpisodeRecord(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
 
 
-class EventStore(abc.ABC):
-    """Where persona-day event logs and their blobs live."""
+class StoreConnection(abc.ABC):
+    """An open connection to a store; closing it releases the connection, not the data."""
 
-    url: str
+    url: str  # where the store lives, safe to print (no password)
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventStore(StoreConnection):
+    """Where persona-day event logs and their blobs live."""
 
     @abc.abstractmethod
     def append_day(self, new: NewDay, *, expected_last_seq: int) -> None:
@@ -85,7 +113,7 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def personas(self) -> list[PersonaSummary]:
-        """Every persona, sorted by name."""
+        """Every persona, sorted by name (code-point order)."""
 
     @abc.abstractmethod
     def persona(self, persona: str) -> PersonaSummary | None: ...
@@ -99,7 +127,8 @@ class EventStore(abc.ABC):
         """One day's record; NotFoundError if absent."""
 
     @abc.abstractmethod
-    def days_with_hash(self, world_hash: str) -> list[DayRecord]: ...
+    def days_with_hash(self, world_hash: str) -> list[DayRecord]:
+        """Every persona-day whose world has `world_hash`, sorted by (persona, day)."""
 
     @abc.abstractmethod
     def events(self, persona: str, first_seq: int = 0,
@@ -111,7 +140,12 @@ class EventStore(abc.ABC):
         """Blob bytes; NotFoundError if absent. The bytes are returned as stored."""
 
     @abc.abstractmethod
-    def missing_blobs(self, digests: Iterable[str]) -> set[str]: ...
+    def missing_blobs(self, digests: Iterable[str]) -> set[str]:
+        """Those of `digests` that the store does not hold."""
+
+
+class EpisodeStore(StoreConnection):
+    """Where recorded episodes live: write-once records, found by id or start world."""
 
     @abc.abstractmethod
     def put_episode(self, record: EpisodeRecord) -> None:
@@ -125,13 +159,9 @@ class EventStore(abc.ABC):
 
     @abc.abstractmethod
     def episodes(self, world_hash: str | None = None) -> list[EpisodeRecord]:
-        """Every episode (or those that started from `world_hash`), sorted by episode_id."""
+        """Every episode (or those that started from `world_hash`), sorted by episode_id
+        (code-point order)."""
 
-    @abc.abstractmethod
-    def close(self) -> None: ...
 
-    def __enter__(self) -> EventStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+class WorldStore(EventStore, EpisodeStore):
+    """Both interfaces over one database: the logs and the episodes recorded on them."""

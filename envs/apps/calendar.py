@@ -1,6 +1,6 @@
 """Calendar: Lars's calendars (jobs, admin, personal), events, attendees and contacts.
 
-Schema (see worldstore/data/demo/build_lars.py): ``contacts`` (Lars's address book; id 1
+Schema (see packs/demo/world/build_lars.py): ``contacts`` (Lars's address book; id 1
 is Lars), ``calendars`` (``owner_id`` is a contact, ``timezone``), ``events`` (status
 'confirmed' | 'tentative' | 'cancelled'; ``start_at``/``end_at`` are local wall-clock
 times with an explicit offset, e.g. ``2026-03-12T08:00:00+01:00``), ``attendees``

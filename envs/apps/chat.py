@@ -1,6 +1,6 @@
 """Chat: Lars's messenger (direct and group conversations with clients and partners).
 
-Schema (see worldstore/data/demo/build_lars.py): ``users``, ``conversations`` (kind
+Schema (see packs/demo/world/build_lars.py): ``users``, ``conversations`` (kind
 'direct' | 'group'), ``conversation_members`` (role 'owner' | 'member') and ``messages``
 (``is_read`` means read by the logged-in user; his own messages are stored read).
 

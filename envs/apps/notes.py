@@ -1,6 +1,6 @@
 """Notes: Lars's notebooks, notes and tags (job briefs, checklists, site-visit notes).
 
-Schema (see worldstore/data/demo/build_lars.py): ``notebooks``, ``notes`` (``is_pinned``,
+Schema (see packs/demo/world/build_lars.py): ``notebooks``, ``notes`` (``is_pinned``,
 ``is_archived``), ``tags`` (unique lower-case names) and ``note_tags``. The notes app is
 single-user: every notebook and note belongs to the logged-in user.
 

@@ -1,6 +1,6 @@
 """Shop: AVLager, the AV wholesaler where Lars buys equipment (catalogue, cart, orders).
 
-Schema (see worldstore/data/demo/build_lars.py): ``categories``, ``products`` (prices in
+Schema (see packs/demo/world/build_lars.py): ``categories``, ``products`` (prices in
 øre excl. MVA, ``stock``, ``is_active``), ``users``, ``addresses``, ``cart_items`` (one
 line per user and product), ``orders`` (status 'placed' -> 'shipped' -> 'delivered', or
 'cancelled'), ``order_items`` and ``order_status_history``.

@@ -1,0 +1,188 @@
+"""Scripted episodes: a fixed list of calls played on an instance as an agent would play
+them, through a real (in-memory) MCP client for tools and the sandboxed shell for commands.
+
+A script is a JSON file (packs ship them under ``episodes/``)::
+
+    {"world": "lars@7",
+     "calls": [{"tool": "shop_get_order", "arguments": {"order_number": "AVL-2026-10533"}},
+               {"shell": "wc -l < inventory/gear.csv"}]}
+
+``run_scripted_episode`` is the demo's episode: open the world, play the script, store the
+episode and verify it by replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import msgspec
+from fastmcp import Client
+
+from envs.checker import Call
+from envs.episodes_store import save_episode, verify_episode
+from envs.errors import SandboxError
+from envs.instance import Environment, Instance
+from envs.mcp import instance_server
+from replay.diff import WorldDiff
+from replay.engine import Worlds, ref_is_stable
+from worldstore.errors import InputError
+
+_FIELD_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
+_NAMED_FIELD = re.compile(r"(unknown|missing required) field `(?P<name>[^`]*)`")
+_CLIP = 120  # characters of a response shown per line
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """One step: a tool call (`tool` with `arguments`) or a shell command (`shell`)."""
+
+    tool: str | None
+    arguments: Mapping[str, Any]
+    shell: str | None
+
+
+@dataclass(frozen=True)
+class ScriptedEpisode:
+    """A played script: the stored episode, where it ended, and whether it replays."""
+
+    episode_id: str
+    final_hash: str
+    replayed_ok: bool
+    diff: WorldDiff  # the instance against its snapshot
+    lines: list[str]  # one per call, then the verification's message
+    shell_skipped: str | None  # why shell steps were skipped (no sandbox), if they were
+
+
+class _CallSpec(msgspec.Struct, forbid_unknown_fields=True):
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    shell: str | None = None
+
+
+class _ScriptSpec(msgspec.Struct, forbid_unknown_fields=True):
+    world: str
+    calls: list[_CallSpec]
+
+
+def load_script(path: Path) -> tuple[str, list[ScriptedCall]]:
+    """(world reference, calls) of a script file; InputError names the file and field."""
+    spec = _decode(path)
+    if not ref_is_stable(spec.world):
+        raise InputError(f"{spec.world!r} is not persona@day or a world hash", file=str(path),
+                         field="world")
+    if not spec.calls:
+        raise InputError("a script needs at least one call", file=str(path), field="calls")
+    return spec.world, [_call(path, i, c) for i, c in enumerate(spec.calls)]
+
+
+def play_script(instance: Instance, calls: Sequence[ScriptedCall]) -> list[str]:
+    """Play `calls` on `instance`; one line per call. Without a usable sandbox a shell
+    step is skipped (its line says so and why) and the rest still run."""
+    lines, _skipped = asyncio.run(_play(instance, calls))
+    return lines
+
+
+async def aplay_script(instance: Instance, calls: Sequence[ScriptedCall]) -> list[str]:
+    """play_script for callers already in an event loop."""
+    lines, _skipped = await _play(instance, calls)
+    return lines
+
+
+def run_scripted_episode(worlds: Worlds, script: Path, *, ref: str | None = None
+                         ) -> ScriptedEpisode:
+    """Open the script's world (or `ref`), play it, store the episode and verify it by
+    replaying its effects onto a fresh mount."""
+    world, calls = load_script(script)
+    with Environment(worlds) as environment, environment.open(ref or world) as instance:
+        lines, skipped = asyncio.run(_play(instance, calls))
+        final = instance.hash()
+        diff = instance.diff()
+        episode_id = save_episode(worlds, instance)
+    ok, message = verify_episode(worlds, episode_id)
+    return ScriptedEpisode(episode_id, final, ok, diff, [*lines, message], skipped)
+
+
+def as_checker_calls(calls: Sequence[ScriptedCall]) -> list[Call]:
+    """The calls in the determinism checker's form (tool "shell" runs a command)."""
+    return [("shell", {"command": c.shell}) if c.shell is not None
+            else (str(c.tool), dict(c.arguments)) for c in calls]
+
+
+# --- internals ----------------------------------------------------------------------------
+
+
+async def _play(instance: Instance, calls: Sequence[ScriptedCall]
+                ) -> tuple[list[str], str | None]:
+    lines: list[str] = []
+    skipped: str | None = None
+    async with Client(instance_server(instance)) as client:
+        for call in calls:
+            if call.shell is not None:
+                try:
+                    ran = await asyncio.to_thread(instance.shell, call.shell)
+                except SandboxError as exc:
+                    # No sandbox here (or one that refuses the command): the tool steps
+                    # still show what they would, and the caller is told why.
+                    skipped = f"shell steps skipped: {exc}"
+                    lines.append(f"$ {call.shell}  -> SKIPPED: {exc}")
+                    continue
+                lines.append(f"$ {call.shell}  -> exit {ran.exit_code}: "
+                             f"{ran.stdout.strip()[:_CLIP]}")
+                continue
+            assert call.tool is not None  # load_script: exactly one of tool and shell
+            arguments = dict(call.arguments)
+            result = await client.call_tool(call.tool, arguments, raise_on_error=False)
+            text = "".join(getattr(c, "text", "") for c in result.content)
+            lines.append(f"mcp {call.tool} {arguments} -> "
+                         f"{'ERROR ' if result.is_error else ''}{text[:_CLIP]}")
+    return lines, skipped
+
+
+def _decode(path: Path) -> _ScriptSpec:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such script file", file=str(path)) from None
+    try:
+        return msgspec.json.decode(data, type=_ScriptSpec)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        field = _field_of(message)
+        raise InputError(_FIELD_PATH.sub("", message), file=str(path), field=field) from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"not valid JSON: {exc}", file=str(path)) from None
+
+
+def _call(path: Path, index: int, spec: _CallSpec) -> ScriptedCall:
+    def bad(message: str, field: str) -> InputError:
+        return InputError(message, file=str(path), field=f"calls[{index}]{field}")
+
+    if (spec.tool is None) == (spec.shell is None):
+        raise bad("a call has exactly one of 'tool' and 'shell'", "")
+    if spec.shell is not None:
+        if spec.arguments is not None:
+            raise bad("a shell step takes no arguments", ".arguments")
+        if not spec.shell.strip():
+            raise bad("must not be empty", ".shell")
+        return ScriptedCall(tool=None, arguments=MappingProxyType({}), shell=spec.shell)
+    if not spec.tool:
+        raise bad("must not be empty", ".tool")
+    return ScriptedCall(tool=spec.tool, arguments=MappingProxyType(dict(spec.arguments or {})),
+                        shell=None)
+
+
+def _field_of(message: str) -> str | None:
+    """The field a msgspec validation message is about: its path, and for an unknown or
+    missing field that field's name too."""
+    match = _FIELD_PATH.search(message)
+    path = match.group("path").lstrip(".") if match else ""
+    named = _NAMED_FIELD.search(message)
+    if named:
+        path = f"{path}.{named.group('name')}" if path else named.group("name")
+    return path or None

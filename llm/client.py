@@ -1,0 +1,327 @@
+"""One client for every LLM call: the agent's steps and both judges' answers.
+
+Every call goes through litellm (``completion`` / ``acompletion``), so any provider it
+knows, or any OpenAI-compatible server (``model="openai/<name>"`` plus ``api_base``),
+serves it. Calls can be recorded and replayed by content:
+
+    request  = model, messages, tools, response_format, temperature, max_tokens
+    key      = SHA-256 of the request's canonical JSON (sorted keys)
+    file     = <recordings>/<key>.json   {"request": ..., "response": ...}
+
+``replay`` answers only from those files and never touches the network, so grading with
+recorded answers is deterministic; ``record`` calls the model and stores each answer;
+``live`` stores nothing. The endpoint (``api_base``, ``api_key``) is not part of the key:
+the same request recorded against one server replays anywhere.
+
+litellm is imported on the first call that needs a model: importing it costs seconds,
+and without ``LITELLM_LOCAL_MODEL_COST_MAP`` it tries to download a price table.
+
+Errors (all ``WorldError``)::
+
+    NoModel             no model configured; callers report "not_run", never a pass
+    RecordingMissing    replay found no recording for a request (names hash and message)
+    LLMCallError        the provider refused or could not be reached
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, get_args
+
+import msgspec
+
+from llm.errors import LLMCallError, NoModel, RecordingMissing
+from worldstore.errors import ConfigError
+
+Mode = Literal["live", "record", "replay"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+Message = dict[str, Any]
+RECORDING_FORMAT = 1
+DEFAULT_MAX_TOKENS = 2048
+ENV_MODEL = "WORLDCTL_LLM_MODEL"
+ENV_API_BASE = "WORLDCTL_LLM_API_BASE"
+ENV_API_KEY = "WORLDCTL_LLM_API_KEY"
+ENV_RECORDINGS = "WORLDCTL_LLM_RECORDINGS"
+ENV_MODE = "WORLDCTL_LLM_MODE"
+
+
+class ToolCall(NamedTuple):
+    """One tool call the model asked for; `arguments` is its JSON text, unparsed, because
+    a malformed argument string is something the caller must see and report."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Completion(msgspec.Struct, frozen=True):
+    """The model's answer to one request."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    model: str
+    request_hash: str
+    from_recording: bool = False
+    reasoning: str = ""  # a provider's separate reasoning channel, when it has one
+
+
+class _Response(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    text: str
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    model: str
+    reasoning: str = ""
+
+
+class _Recording(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: int
+    request_hash: str
+    request: dict[str, Any]
+    response: _Response
+
+
+class LLMClient:
+    """Sends chat requests to one model, recording or replaying them by content hash."""
+
+    def __init__(self, model: str | None, *, api_base: str | None = None,
+                 api_key: str | None = None, recordings: Path | None = None,
+                 mode: Mode | None = None, timeout: float = 120.0,
+                 num_retries: int = 2) -> None:
+        """`mode` defaults to "replay" when `recordings` is given (a recordings folder
+        never leads to a network call by accident) and to "live" otherwise."""
+        resolved: Mode = mode or ("replay" if recordings is not None else "live")
+        if resolved not in MODES:
+            raise ConfigError(f"LLM mode {resolved!r} is not one of {', '.join(MODES)}")
+        if resolved != "live" and recordings is None:
+            raise ConfigError(f"LLM mode {resolved!r} needs a recordings folder")
+        self.model = model
+        self.api_base = api_base
+        self.api_key = api_key
+        self.recordings = recordings
+        self.mode: Mode = resolved
+        self.timeout = timeout
+        self.num_retries = num_retries
+
+    @property
+    def configured(self) -> bool:
+        return self.model is not None
+
+    def complete(self, messages: Sequence[Message], *,
+                 tools: Sequence[dict[str, Any]] | None = None,
+                 response_format: dict[str, Any] | None = None,
+                 temperature: float = 0.0,
+                 max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
+        key, request = self._request(messages, tools, response_format, temperature,
+                                     max_tokens)
+        if self.mode == "replay":
+            return self._replay(key, request)
+        litellm = _litellm()
+        try:
+            raw = litellm.completion(**self._call_args(request))
+        except _provider_errors() as exc:
+            raise self._call_error(exc) from exc
+        return self._keep(key, request, raw)
+
+    async def acomplete(self, messages: Sequence[Message], *,
+                        tools: Sequence[dict[str, Any]] | None = None,
+                        response_format: dict[str, Any] | None = None,
+                        temperature: float = 0.0,
+                        max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
+        key, request = self._request(messages, tools, response_format, temperature,
+                                     max_tokens)
+        if self.mode == "replay":
+            return self._replay(key, request)
+        litellm = _litellm()
+        try:
+            raw = await litellm.acompletion(**self._call_args(request))
+        except _provider_errors() as exc:
+            raise self._call_error(exc) from exc
+        return self._keep(key, request, raw)
+
+    def recording_path(self, key: str) -> Path:
+        if self.recordings is None:
+            raise ConfigError("this LLM client has no recordings folder")
+        return self.recordings / f"{key}.json"
+
+    # --- internals ------------------------------------------------------------------
+
+    def _request(self, messages: Sequence[Message],
+                 tools: Sequence[dict[str, Any]] | None,
+                 response_format: dict[str, Any] | None, temperature: float,
+                 max_tokens: int) -> tuple[str, dict[str, Any]]:
+        """The canonical request of a call and its content hash (the recording's key)."""
+        request = build_request(self._require_model(), messages, tools, response_format,
+                                temperature, max_tokens)
+        return request_hash(request), request
+
+    def _require_model(self) -> str:
+        if self.model is None:
+            raise NoModel(f"no LLM model configured (set {ENV_MODEL})")
+        return self.model
+
+    def _call_args(self, request: dict[str, Any]) -> dict[str, Any]:
+        args = {k: v for k, v in request.items() if v is not None}
+        args.update(api_base=self.api_base, api_key=self.api_key, timeout=self.timeout,
+                    num_retries=self.num_retries)
+        return args
+
+    def _call_error(self, exc: Exception) -> LLMCallError:
+        where = f" at {self.api_base}" if self.api_base else ""
+        return LLMCallError(f"model {self.model!r}{where} failed: {type(exc).__name__}: {exc}")
+
+    def _keep(self, key: str, request: dict[str, Any], raw: Any) -> Completion:
+        response = _response_of(raw, self.model or "")
+        if self.mode == "record":
+            self._store(key, request, response)
+        return _completion(response, key, from_recording=False)
+
+    def _store(self, key: str, request: dict[str, Any], response: _Response) -> None:
+        path = self.recording_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = _Recording(format=RECORDING_FORMAT, request_hash=key, request=request,
+                            response=response)
+        data = msgspec.json.format(msgspec.json.encode(record, order="sorted"), indent=2)
+        # Written beside and renamed, so a concurrent replay never reads half a file.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data + b"\n")
+        tmp.replace(path)
+
+    def _replay(self, key: str, request: dict[str, Any]) -> Completion:
+        path = self.recording_path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise RecordingMissing(
+                f"no recording {path} for this request (model {request['model']!r}; "
+                f"first message: {_first_message(request['messages'])}); record it with "
+                f"{ENV_MODE}=record") from None
+        try:
+            record = msgspec.json.decode(data, type=_Recording)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise RecordingMissing(f"{path}: not a valid recording: {exc}") from None
+        return _completion(record.response, key, from_recording=True)
+
+
+def client_from_env(environ: Mapping[str, str] | None = None, *,
+                    model: str | None = None) -> LLMClient:
+    """The client the environment configures (``WORLDCTL_LLM_*``); `model`, when given,
+    overrides ``WORLDCTL_LLM_MODEL``. Without either there is no model and every call
+    raises NoModel."""
+    env = os.environ if environ is None else environ
+    recordings = env.get(ENV_RECORDINGS) or None
+    return LLMClient(model or env.get(ENV_MODEL) or None,
+                     api_base=env.get(ENV_API_BASE) or None,
+                     api_key=env.get(ENV_API_KEY) or None,
+                     recordings=Path(recordings) if recordings else None,
+                     mode=_mode_of(env.get(ENV_MODE) or None))
+
+
+def _mode_of(value: str | None) -> Mode | None:
+    if value is None:
+        return None
+    for mode in MODES:
+        if value == mode:
+            return mode
+    raise ConfigError(f"{ENV_MODE}={value!r} is not one of {', '.join(MODES)}")
+
+
+def assistant_message(completion: Completion) -> Message:
+    """The completion as the assistant message that continues the conversation."""
+    message: Message = {"role": "assistant", "content": completion.text or None}
+    if completion.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in completion.tool_calls]
+    return message
+
+
+def function_tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A tool as OpenAI-style function calling offers it to a model."""
+    return {"type": "function",
+            "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+def object_parameters(properties: dict[str, Any]) -> dict[str, Any]:
+    """Parameters of a tool whose arguments are exactly `properties`, all required (in
+    the order given: the order is part of the request, and so of its recording's hash)."""
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+def build_request(model: str, messages: Sequence[Message],
+                  tools: Sequence[dict[str, Any]] | None,
+                  response_format: dict[str, Any] | None, temperature: float,
+                  max_tokens: int) -> dict[str, Any]:
+    """The part of a call that decides the answer, and so the part that is hashed."""
+    return {"model": model, "messages": [dict(m) for m in messages],
+            "tools": [dict(t) for t in tools] if tools else None,
+            "response_format": response_format, "temperature": float(temperature),
+            "max_tokens": int(max_tokens)}
+
+
+def request_hash(request: dict[str, Any]) -> str:
+    """SHA-256 of the request's canonical JSON: sorted keys, no whitespace."""
+    return hashlib.sha256(msgspec.json.encode(request, order="sorted")).hexdigest()
+
+
+def _completion(response: _Response, key: str, *, from_recording: bool) -> Completion:
+    return Completion(text=response.text, tool_calls=list(response.tool_calls),
+                      finish_reason=response.finish_reason, model=response.model,
+                      request_hash=key, from_recording=from_recording,
+                      reasoning=response.reasoning)
+
+
+def _response_of(raw: Any, model: str) -> _Response:
+    """Reduce litellm's ModelResponse to the fields this project reads."""
+    choices = getattr(raw, "choices", None) or []
+    if not choices:
+        raise LLMCallError(f"model {model!r} answered without any choice")
+    choice = choices[0]
+    message = choice.message
+    calls = [ToolCall(str(c.id or f"call_{i}"), str(c.function.name or ""),
+                      str(c.function.arguments or ""))
+             for i, c in enumerate(message.tool_calls or [])]
+    return _Response(text=str(message.content or ""), tool_calls=calls,
+                     finish_reason=choice.finish_reason,
+                     model=str(getattr(raw, "model", None) or model),
+                     reasoning=str(getattr(message, "reasoning_content", None) or ""))
+
+
+def _first_message(messages: list[Message]) -> str:
+    if not messages:
+        return "(none)"
+    first = messages[0]
+    content = str(first.get("content") or "")
+    short = content if len(content) <= 120 else content[:117] + "..."
+    return f"{first.get('role', '?')}: {short!r}"
+
+
+def _litellm() -> Any:
+    # The env var must be set before the import: litellm fetches its cost map on import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as exc:
+        raise ConfigError(f"a model is configured but litellm is not installed ({exc}): "
+                          "pip install 'agent-worlds[llm]'") from None
+
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _provider_errors() -> type[Exception]:
+    # litellm maps every provider's failure onto openai's exception tree.
+    import openai
+
+    return openai.OpenAIError
+
+
+__all__ = ["MODES", "Completion", "LLMCallError", "LLMClient", "Mode", "NoModel",
+           "RecordingMissing", "ToolCall", "assistant_message", "build_request", "client_from_env",
+           "function_tool", "object_parameters", "request_hash"]

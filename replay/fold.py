@@ -1,0 +1,68 @@
+"""Folding stored events into worlds, day by day."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from replay.apply import BlobSource, WorldBuilder
+from replay.errors import ApplyError, EventFailed
+from replay.hashing import Manifest, world_manifest
+from worldstore.events import StoredEvent
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltDay:
+    persona: str
+    day: int
+    n_events: int
+    manifest: Manifest
+    world_hash: str
+    seconds: float
+
+
+def build_days(
+    root: Path, events: Iterable[StoredEvent], blobs: BlobSource,
+    *, lines: dict[int, int] | None = None, source: str | None = None,
+) -> Iterator[BuiltDay]:
+    """Apply `events` (one persona, seq order) onto the world at `root`.
+
+    After the last event of each day the day's transactions are committed and the world
+    is hashed; one BuiltDay is yielded per day. `lines` maps seq -> source line, so that an
+    import error can name the line of the file.
+    """
+    builder = WorldBuilder(root, blobs)
+    current: int | None = None
+    count = index = 0
+    persona = ""
+    started = time.perf_counter()
+    try:
+        for event in events:
+            if current is not None and event.day != current:
+                yield _finish(builder, root, persona, current, count, started)
+                count = index = 0
+                started = time.perf_counter()
+            current, persona = event.day, event.persona
+            try:
+                builder.apply(event)
+            except EventFailed as exc:
+                raise ApplyError(
+                    str(exc), persona=event.persona, day=event.day, index=index,
+                    line=(lines or {}).get(event.seq), source=source,
+                ) from None
+            count += 1
+            index += 1
+        if current is not None:
+            yield _finish(builder, root, persona, current, count, started)
+    finally:
+        builder.abort()
+
+
+def _finish(builder: WorldBuilder, root: Path, persona: str, day: int, count: int,
+            started: float) -> BuiltDay:
+    builder.commit()
+    manifest = world_manifest(root)
+    return BuiltDay(persona, day, count, manifest, manifest.world_hash(),
+                    time.perf_counter() - started)

@@ -1,0 +1,1 @@
+"""synth/: world and task synthesis, and its QA (world-day validation, the day reviewer)."""

@@ -1,0 +1,1 @@
+"""worldctl, the command line: the top adapter over the library. Nothing imports it."""
