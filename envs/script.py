@@ -14,7 +14,6 @@ episode and verify it by replay.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +31,8 @@ from envs.mcp import instance_server
 from replay.diff import WorldDiff
 from replay.engine import Worlds, ref_is_stable
 from worldstore.errors import InputError
+from worldstore.jsonfile import decode_json_file
 
-_FIELD_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
-_NAMED_FIELD = re.compile(r"(unknown|missing required) field `(?P<name>[^`]*)`")
 _CLIP = 120  # characters of a response shown per line
 
 
@@ -72,7 +70,7 @@ class _ScriptSpec(msgspec.Struct, forbid_unknown_fields=True):
 
 def load_script(path: Path) -> tuple[str, list[ScriptedCall]]:
     """(world reference, calls) of a script file; InputError names the file and field."""
-    spec = _decode(path)
+    spec = decode_json_file(path, _ScriptSpec, InputError, missing="no such script file")
     if not ref_is_stable(spec.world):
         raise InputError(f"{spec.world!r} is not persona@day or a world hash", file=str(path),
                          field="world")
@@ -144,19 +142,6 @@ async def _play(instance: Instance, calls: Sequence[ScriptedCall]
     return lines, skipped
 
 
-def _decode(path: Path) -> _ScriptSpec:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such script file", file=str(path)) from None
-    try:
-        return msgspec.json.decode(data, type=_ScriptSpec)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        field = _field_of(message)
-        raise InputError(_FIELD_PATH.sub("", message), file=str(path), field=field) from None
-    except msgspec.DecodeError as exc:
-        raise InputError(f"not valid JSON: {exc}", file=str(path)) from None
 
 
 def _call(path: Path, index: int, spec: _CallSpec) -> ScriptedCall:
@@ -176,13 +161,3 @@ def _call(path: Path, index: int, spec: _CallSpec) -> ScriptedCall:
     return ScriptedCall(tool=spec.tool, arguments=MappingProxyType(dict(spec.arguments or {})),
                         shell=None)
 
-
-def _field_of(message: str) -> str | None:
-    """The field a msgspec validation message is about: its path, and for an unknown or
-    missing field that field's name too."""
-    match = _FIELD_PATH.search(message)
-    path = match.group("path").lstrip(".") if match else ""
-    named = _NAMED_FIELD.search(message)
-    if named:
-        path = f"{path}.{named.group('name')}" if path else named.group("name")
-    return path or None

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import msgspec
-
 from gates.contract import AnswerStep, Interface, ShellStep, Solution, TaskSpec, ToolStep
 from gates.errors import TaskError
+from worldstore.jsonfile import decode_json_file
 
 SPEC_FILE = "task.json"
 VERIFIER_DIR = "verifier"
@@ -33,7 +32,6 @@ T = TypeVar("T")
 _TASK_ID = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
 _WORLD_REF = re.compile(r"[a-z0-9][a-z0-9_-]*@[0-9]+\Z")
 _WORLD_HASH = re.compile(r"[0-9a-f]{32}\Z")
-_FIELD_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
 
 
 @dataclass(frozen=True)
@@ -62,9 +60,9 @@ def load_task(path: str | Path) -> Task:
     root = Path(path)
     if not root.is_dir():
         raise TaskError("not a task folder (no such directory)", file=str(root))
-    spec = _decode(root / SPEC_FILE, TaskSpec)
+    spec = decode_json_file(root / SPEC_FILE, TaskSpec, TaskError)
     _check_spec(root / SPEC_FILE, spec)
-    solution = _decode(root / SOLUTION_FILE, Solution)
+    solution = decode_json_file(root / SOLUTION_FILE, Solution, TaskError)
     _check_solution(root / SOLUTION_FILE, solution, spec)
     verifier_dir = root / VERIFIER_DIR
     return Task(path=root, spec=spec, verifier_dir=verifier_dir,
@@ -84,20 +82,6 @@ def step_interface(step: ToolStep | ShellStep | AnswerStep) -> Interface | None:
 # --- internals ----------------------------------------------------------------------------
 
 
-def _decode(file: Path, kind: type[T]) -> T:
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise TaskError("missing", file=str(file)) from None
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        match = _FIELD_PATH.search(message)
-        field = match.group("path").lstrip(".") if match else None
-        raise TaskError(_FIELD_PATH.sub("", message), file=str(file), field=field) from None
-    except msgspec.DecodeError as exc:
-        raise TaskError(f"not valid JSON: {exc}", file=str(file)) from None
 
 
 def _check_spec(file: Path, spec: TaskSpec) -> None:

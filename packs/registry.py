@@ -27,6 +27,7 @@ from typing import TypeVar
 import msgspec
 
 from packs.errors import PackError
+from worldstore.jsonfile import decode_json_file
 
 SHIPPED = Path(__file__).resolve().parent
 FORMAT = 1
@@ -37,8 +38,6 @@ SPLITS = ("sft", "rl", "eval")
 T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
-_FIELD_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`")
-_NAMED_FIELD = re.compile(r"(unknown|missing required) field `(?P<name>[^`]*)`")
 # Made by running Python in a pack (a build script, a verifier): not part of the pack.
 _GENERATED_DIRS = frozenset({"__pycache__"})
 
@@ -134,7 +133,7 @@ def load_pack_dir(folder: Path, *, shipped: bool) -> Pack:
     if not root.is_dir():
         raise PackError("not a pack folder (no such directory)", file=str(folder))
     spec_file = root / PACK_FILE
-    spec = _decode(spec_file, PackSpec)
+    spec = decode_json_file(spec_file, PackSpec, PackError)
     _check_spec(spec_file, spec, root)
     tasks_dir = _inside(root, spec.tasks, spec_file, "tasks", want="dir")
     tasks = _task_names(tasks_dir)
@@ -202,20 +201,6 @@ def _is_shipped(folder: Path) -> bool:
     return folder.resolve().parent == SHIPPED
 
 
-def _decode(file: Path, kind: type[T]) -> T:
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise PackError("missing", file=str(file)) from None
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.ValidationError as exc:
-        message = str(exc)
-        field_path = _field_of(message)
-        raise PackError(_FIELD_PATH.sub("", message), file=str(file),
-                        field=field_path) from None
-    except msgspec.DecodeError as exc:
-        raise PackError(f"not valid JSON: {exc}", file=str(file)) from None
 
 
 def _check_spec(file: Path, spec: PackSpec, root: Path) -> None:
@@ -281,7 +266,7 @@ def _load_splits(root: Path, spec: PackSpec, tasks: tuple[str, ...],
     if spec.splits is None:
         return {split: () for split in SPLITS}
     file = _inside(root, spec.splits, spec_file, "splits", want="file")
-    splits = _decode(file, SplitsSpec)
+    splits = decode_json_file(file, SplitsSpec, PackError)
     known = set(tasks)
     seen: dict[str, str] = {}  # task -> the split that has it
     result: dict[str, tuple[str, ...]] = {}
@@ -305,15 +290,6 @@ def _load_splits(root: Path, spec: PackSpec, tasks: tuple[str, ...],
     return result
 
 
-def _field_of(message: str) -> str | None:
-    """The field a msgspec validation message is about: its path, and for an unknown or
-    missing field that field's name too."""
-    match = _FIELD_PATH.search(message)
-    path = match.group("path").lstrip(".") if match else ""
-    named = _NAMED_FIELD.search(message)
-    if named:
-        path = f"{path}.{named.group('name')}" if path else named.group("name")
-    return path or None
 
 
 __all__ = [
