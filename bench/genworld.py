@@ -12,7 +12,12 @@ Shape (defaults: 50,000 events, ~640-byte text payloads -> about 32 MB of databa
   ~12 % updates, ~5 % deletes, and a sprinkling of workspace file writes/deletes;
 * timestamps spread over 12 hours of each of ``days`` consecutive days.
 
-Usage: ``python bench/genworld.py OUT.jsonl [--events N] [--payload BYTES] [--days D]``.
+A second shape, ``realistic`` (``generate_realistic``), is a WildAWM-like world where a day
+touches little of it: 12 services of 5 tables (60 tables), all filled on day 0; on each
+later day 15 tables (drawn anew each day) and about 5 workspace files change.
+
+Usage: ``python bench/genworld.py OUT.jsonl [--events N] [--payload BYTES] [--days D]
+[--realistic]``.
 """
 
 from __future__ import annotations
@@ -105,6 +110,14 @@ class Params:
     events: int = DEFAULT_EVENTS
     payload: int = DEFAULT_PAYLOAD
     days: int = DEFAULT_DAYS
+    realistic: bool = False  # the few-tables-a-day shape (generate_realistic)
+
+
+# The realistic shape: 60 tables in all, 15 of them and about 5 files changed a day.
+REALISTIC_SERVICES = tuple(f"svc{i:02d}" for i in range(12))
+REALISTIC_TABLES = 5
+REALISTIC_TOUCHED = 15
+REALISTIC_FILES = 5
 
 
 class _Gen:
@@ -303,13 +316,53 @@ def generate(p: Params = Params()) -> Iterator[dict[str, Any]]:
         n += 1
 
 
+def generate_realistic(p: Params) -> Iterator[dict[str, Any]]:
+    """Interchange lines of the realistic shape: every table filled on day 0, then each
+    day's events spread over 15 tables drawn for that day, plus about 5 file events."""
+    g = _Gen(p)
+    r = g.rng
+    tables = [(s, f"t{k}") for s in REALISTIC_SERVICES for k in range(REALISTIC_TABLES)]
+    per_day = max(1, p.events // p.days)
+    for day in range(p.days):
+        picked = tables if day == 0 else r.sample(tables, REALISTIC_TOUCHED)
+        for k in range(per_day):
+            ts = START + timedelta(days=day, seconds=k * DAY_SPAN_S // per_day)
+            base = {"persona": PERSONA, "day": day, "ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            if day == 0 and k < len(tables):
+                yield {**base, "type": "sql", "service": tables[k][0],
+                       "sql": _REALISTIC_DDL.format(table=tables[k][1])}
+            elif k % (per_day // REALISTIC_FILES + 1) == 0:
+                yield g.file_event(base)
+            else:
+                yield {**base, "type": "sql", "service": (where := r.choice(picked))[0],
+                       **_realistic_statement(g, where, base["ts"])}
+
+
+_REALISTIC_DDL = ("CREATE TABLE {table}(id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
+                  "body TEXT NOT NULL, n INTEGER NOT NULL, updated_at TEXT NOT NULL)")
+
+
+def _realistic_statement(g: _Gen, where: tuple[str, str], ts: str) -> dict[str, Any]:
+    service, table = where
+    r = g.rng
+    roll = r.random()
+    if roll < 0.05 and (i := g.take(service, table)) is not None:
+        return {"sql": f"DELETE FROM {table} WHERE id = ?", "params": [i]}
+    if roll < 0.2 and (i := g.pick(service, table)) is not None:
+        return {"sql": f"UPDATE {table} SET body = ?, n = n + 1, updated_at = ? WHERE id = ?",
+                "params": [g.text(g.p.payload), ts, i]}
+    i = g.new_id(service, table)
+    return {"sql": f"INSERT INTO {table}(id, title, body, n, updated_at) VALUES (?, ?, ?, ?, ?)",
+            "params": [i, g.short(), g.text(g.p.payload), r.randint(0, 99), ts]}
+
+
 def write_world(path: Path, p: Params = Params()) -> int:
     """Write the interchange file; return the number of events."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        for obj in generate(p):
+        for obj in (generate_realistic(p) if p.realistic else generate(p)):
             fh.write(json.dumps(obj, separators=(",", ":")))
             fh.write("\n")
             count += 1
@@ -323,8 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     ap.add_argument("--payload", type=int, default=DEFAULT_PAYLOAD)
     ap.add_argument("--days", type=int, default=DEFAULT_DAYS)
+    ap.add_argument("--realistic", action="store_true", help="few tables touched a day")
     a = ap.parse_args(argv)
-    count = write_world(a.out, Params(a.events, a.payload, a.days))
+    count = write_world(a.out, Params(a.events, a.payload, a.days, a.realistic))
     print(f"{a.out}: {count} events", file=sys.stderr)
     return 0
 

@@ -1,41 +1,58 @@
 """The app worker: serves the tools of app code carried in a world's log.
 
-Run as ``python -m envs.app_worker <channel fd>`` inside the sandbox
-(``envs.worker_pool.AppWorker`` starts it), never in the project's own process. It speaks
-JSON lines on stdin/stdout:
+Run as ``python -m envs.app_worker <control fd>`` inside the sandbox
+(``envs.worker_pool.AppWorker`` starts it), never in the project's own process, as the
+sandbox's unprivileged user.
 
-* ``{"op": "load", "service", "code"}``: run `code` as a fresh module (it defines
-  ``app = App(...)``); reply ``{"ok": true, "app", "version", "tools": [...]}``;
-* ``{"op": "call", "tool", "arguments", "handover", "clock"}``: run the tool against the
-  database the worker holds exactly as an in-process instance does (``envs.dispatch``:
+**Channels.** The control socket (a ``SOCK_SEQPACKET`` socket inherited at `<control fd>`)
+carries no request and no reply: each of its messages is ``CALL_MESSAGE`` with the
+descriptors of one request, sent with SCM_RIGHTS: first the request's own channel (a fresh
+stream socket the host made for this request alone), then, if the request hands a database
+over, that database. On the request's channel the host writes one frame (``frame``: an
+8-byte length and JSON) and the worker answers with one frame and closes it. The host
+accepts exactly one frame followed by the end of the stream, carrying the request's
+``id``; anything else (a second frame, bytes after it, another id, no end) is a protocol
+violation that stops the worker. So a reply belongs to its request: what a call writes
+anywhere (stdout and stderr are the host's log file, stdin is ``/dev/null``) never becomes a
+reply, and a stale or extra frame can never be read as the answer to a later request,
+whose channel did not exist yet. Carried code runs in this process, so it can reach its own
+request's channel (and could lie about its own call's result, as it can by returning it);
+it cannot reach any other request's.
+
+Requests:
+
+* ``{"op": "load", "id", "service", "code"}``: run `code` as a fresh module (it defines
+  ``app = App(...)``); reply ``{"ok": true, "id", "app", "version", "tools": [...]}``;
+* ``{"op": "call", "id", "tool", "arguments", "handover", "clock"}``: run the tool against
+  the database the worker holds exactly as an in-process instance does (``envs.dispatch``:
   the same validation, execution and encoding), at the instance's clock (``clock``: an
   ``envs.contract.CallClock`` on the wire; the worker never makes one up); reply
-  ``{"ok": true, "is_error", "text", "structured", "changeset", "sequences"}``
+  ``{"ok": true, "id", "is_error", "text", "structured", "changeset", "sequences"}``
   (changeset base64, both null unless the call changed them);
-* ``{"op": "forget"}``: close the database the worker holds.
+* ``{"op": "forget", "id"}``: close the database the worker holds.
 
 The worker opens no file by name: it sees no instance directory at all. A call whose
-``handover`` is ``{"writable": bool}`` comes with the database's file descriptor, sent just
-before it on the channel socket (SCM_RIGHTS); the worker drops the database it held and
-opens SQLite on that descriptor through the ``agentworlds-handed`` VFS. So the process
-holds at most one instance's database at any time: the current request's, or between
-requests the last one's. A failed call request leaves it holding nothing.
+``handover`` is ``{"writable": bool}`` comes with the database's file descriptor; the worker
+drops the database it held and opens SQLite on that descriptor through the
+``agentworlds-handed`` VFS. So the process holds at most one instance's database at any
+time: the current request's, or between requests the last one's. A failed call request
+leaves it holding nothing.
 
 Nothing the carried code starts may outlive a request (a thread, a process, an interval
 timer): such code would run while the next request's database is in the process. The
 worker reports it (``"retire"`` in the reply, having dropped its database) and the host
 replaces it. What it cannot take away is the code's own memory: module state is shared by
 every instance the worker serves, as in any long-lived app process.
-
-Anything the carried code prints goes to stderr: stdout carries only replies.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import socket
+import struct
 import sys
 import traceback
 import types
@@ -55,7 +72,14 @@ if TYPE_CHECKING:
 
 VFS_NAME = "agentworlds-handed"
 HANDED = "/handed.sqlite"  # the handed database's name inside the worker; no such file
-HANDOVER_MESSAGE = b"handover"  # what the host sends with each descriptor
+CALL_MESSAGE = b"call"  # each control message: a request's channel (and database) only
+FRAME_HEADER = struct.Struct(">Q")  # a frame: its length, then that many bytes of JSON
+MAX_FRAME = 1 << 30  # no request or reply is larger (a changeset is bounded by the file)
+
+
+def frame(data: bytes) -> bytes:
+    """One frame on a request's channel."""
+    return FRAME_HEADER.pack(len(data)) + data
 
 
 class _HandedFile(apsw.VFSFile):
@@ -148,24 +172,16 @@ class _HandedVFS(apsw.VFS):
 
 
 class _Holding:
-    """The one database the worker holds, received from the host's channel."""
+    """The one database the worker holds, handed over with a request."""
 
-    def __init__(self, channel: socket.socket) -> None:
-        self.channel = channel
+    def __init__(self) -> None:
         self.vfs = _HandedVFS()
         self.conn: apsw.Connection | None = None
 
-    def take(self, writable: bool) -> None:
-        """Drop the database held, then open the one sent on the channel."""
+    def take(self, fd: int, writable: bool) -> None:
+        """Drop the database held, then open the one handed over as `fd` (owned now)."""
         self.drop()
-        message, fds, msg_flags, _ = socket.recv_fds(self.channel, 64, 1,
-                                                     socket.MSG_DONTWAIT)
-        if msg_flags & socket.MSG_CTRUNC or len(fds) != 1 or message != HANDOVER_MESSAGE:
-            for fd in fds:
-                os.close(fd)
-            raise RuntimeError("the database was not handed over with the request "
-                               f"(got {message!r} with {len(fds)} descriptors)")
-        self.vfs.fd, self.vfs.writable = fds[0], writable
+        self.vfs.fd, self.vfs.writable = fd, writable
         try:
             self.conn = _open_handed()
         except BaseException:
@@ -197,6 +213,7 @@ class _Worker:
     def __init__(self, holding: _Holding) -> None:
         self.tools: dict[str, CompiledTool] | None = None
         self.holding = holding
+        self.handed: int | None = None  # the current request's database descriptor
 
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         service, code = str(request["service"]), str(request["code"])
@@ -242,8 +259,13 @@ class _Worker:
         if self.tools is None:
             return {"ok": False, "error": "no app is loaded"}
         handover = request.get("handover")
-        if isinstance(handover, dict):
-            self.holding.take(bool(handover.get("writable")))
+        handed, self.handed = self.handed, None
+        if isinstance(handover, dict) != (handed is not None):
+            if handed is not None:
+                os.close(handed)
+            raise RuntimeError("the database was not handed over with the request")
+        if handed is not None and isinstance(handover, dict):
+            self.holding.take(handed, bool(handover.get("writable")))
         conn = self.holding.conn
         if conn is None:
             return {"ok": False, "error": "no database was handed over"}
@@ -265,14 +287,31 @@ class _Worker:
         return {"ok": True}
 
 
+def _ancestors() -> set[int]:
+    """This process and the ones above it in the sandbox's pid namespace (bwrap's init,
+    and the unprivileged bwrap when the sandbox dropped from root to its user)."""
+    pids, pid = set(), os.getpid()
+    while pid > 0 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
+_OURS: set[int] = set()  # filled by main(), before any carried code runs
+
+
 def left_running() -> str | None:
     """What still runs besides the worker's own thread (None: nothing). Only meaningful
-    in the sandbox, whose pid namespace holds its init (the parent) and the worker."""
+    in the sandbox, whose pid namespace holds only the worker and the processes above it."""
     _reap_children()
     threads = len(os.listdir("/proc/self/task")) - 1
     if threads:
         return f"{threads} thread(s)"
-    others = _other_live_pids({os.getpid(), os.getppid()})
+    others = _other_live_pids(_OURS or {os.getpid(), os.getppid()})
     if others:
         return f"process(es) {', '.join(map(str, others))}"
     for timer in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF):
@@ -313,36 +352,74 @@ def _describe(exc: BaseException) -> str:
     return "".join(lines).strip()
 
 
+def _read_frame(channel: socket.socket) -> bytes:
+    header = _read_exactly(channel, FRAME_HEADER.size)
+    (size,) = FRAME_HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise RuntimeError(f"a request of {size} bytes")
+    return _read_exactly(channel, size)
+
+
+def _read_exactly(channel: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = channel.recv(min(left, 1 << 20))
+        if not chunk:
+            raise RuntimeError("the request's channel closed mid-frame")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _next_request(control: socket.socket) -> tuple[socket.socket, int | None] | None:
+    """The next request's channel and handed database (None: the host has gone)."""
+    message, fds, msg_flags, _ = socket.recv_fds(control, 64, 2, socket.MSG_CMSG_CLOEXEC)
+    if not message and not fds:
+        return None
+    if msg_flags & socket.MSG_CTRUNC or message != CALL_MESSAGE or not 1 <= len(fds) <= 2:
+        for fd in fds:
+            os.close(fd)
+        raise SystemExit(f"a control message that is not a request: {message!r} with "
+                         f"{len(fds)} descriptor(s)")
+    return socket.socket(fileno=fds[0]), (fds[1] if len(fds) == 2 else None)
+
+
 def main() -> None:
-    channel = socket.socket(fileno=int(sys.argv[1]))
-    channel.set_inheritable(False)  # the carried code's child processes never get it
-    # Keep the protocol's pipes private: the app's prints and reads get stderr and nothing.
-    replies = os.fdopen(os.dup(1), "wb", buffering=0)
-    requests = os.fdopen(os.dup(0), "rb")
-    os.dup2(2, 1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    control = socket.socket(fileno=int(sys.argv[1]))
+    control.set_inheritable(False)  # the carried code's child processes never get it
+    # stdin is /dev/null and stdout/stderr are the host's log of this worker: nothing the
+    # carried code prints or reads there is part of the protocol.
     sys.stdout = sys.stderr
+    _OURS.update(_ancestors())
     import logging
 
     logging.getLogger("fastmcp").setLevel(logging.CRITICAL)
-    worker = _Worker(_Holding(channel))
+    worker = _Worker(_Holding())
     ops = {"load": worker.load, "call": worker.call, "forget": worker.forget}
     decoder = msgspec.json.Decoder()
     encoder = msgspec.json.Encoder()
-    for line in requests:
-        try:
-            request = decoder.decode(line)
-            op = ops.get(request.get("op"))
-            reply = op(request) if op else {"ok": False, "error": f"unknown op {request!r}"}
-        except Exception as exc:
-            reply = {"ok": False, "error": _describe(exc)}
-        try:
-            data = encoder.encode(reply)
-        except Exception as exc:
-            data = encoder.encode({"ok": False, "error": f"unencodable reply: {exc}"})
-        replies.write(data + b"\n")
+    while (received := _next_request(control)) is not None:
+        channel, worker.handed = received
+        with channel:
+            try:
+                request = decoder.decode(_read_frame(channel))
+                op = ops.get(request.get("op"))
+                reply = op(request) if op else {"ok": False,
+                                                "error": f"unknown op {request!r}"}
+                reply["id"] = request.get("id")
+            except Exception as exc:
+                reply = {"ok": False, "error": _describe(exc)}
+            finally:
+                if worker.handed is not None:  # a request that never took its database
+                    os.close(worker.handed)
+                    worker.handed = None
+            try:
+                data = encoder.encode(reply)
+            except Exception as exc:
+                data = encoder.encode({"ok": False, "id": reply.get("id"),
+                                       "error": f"unencodable reply: {exc}"})
+            with contextlib.suppress(OSError):  # the host gave up (a timeout); it stops us
+                channel.sendall(frame(data))
 
 
 if __name__ == "__main__":

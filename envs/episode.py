@@ -10,6 +10,7 @@ a fresh mount of the snapshot reproduces the instance's final world, hash for ha
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import apsw
@@ -34,14 +35,17 @@ class ToolCall(_Event, tag="tool_call", frozen=True):
     writes: bool = False
 
 
-class ShellCall(_Event, tag="shell_call", frozen=True):
+class ShellCall(_Event, tag="shell_call", frozen=True, omit_defaults=True):
     ts: str
     command: str
-    exit_code: int | None
+    exit_code: int | None  # None: killed for a limit, or refused
     stdout: str
     stderr: str
     truncated: bool
     timed_out: bool
+    # Why what the command left in the workspace was refused (a special file, a quota):
+    # its changes were rolled back and no FileChange follows. None: accepted.
+    refused: str | None = None
 
 
 class DbChange(_Event, tag="db_change", frozen=True):
@@ -107,17 +111,15 @@ def _apply_db_change(path: Path, change: DbChange) -> None:
 
 
 def _apply_file_change(root: Path, change: FileChange) -> None:
-    target = workspace_path(root, change.path)
-    if target.is_dir() and not target.is_symlink():
-        remove_tree(target)
+    target = workspace_path(root, change.path)  # refuses a path through a symlink
+    remove_tree(target)  # whatever stands there: a file, a link (never its target), a tree
     if change.data is None and change.link is None:
-        target.unlink(missing_ok=True)
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_symlink() or target.exists():
-        target.unlink()
     if change.link is not None:
         target.symlink_to(change.link)
-    else:
-        assert change.data is not None
-        target.write_bytes(change.data)
+        return
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    with open(fd, "wb", closefd=True) as fh:
+        fh.write(change.data or b"")

@@ -31,6 +31,15 @@ refuses to listen beyond loopback without one. Without a token, only requests ad
 loopback host (and from no or a loopback ``Origin``) are answered, so web pages cannot
 reach the gateway through a browser (DNS rebinding, cross-site requests); put a token on
 it before putting it behind a proxy.
+
+Every request is parsed in one layer before anything acts on it (``_read_body``,
+``_json_body``, ``_world_ref``): a body over ``MAX_BODY`` (``MAX_MCP_BODY`` for MCP) is
+413, JSON nested deeper than ``MAX_DEPTH`` is refused before it is decoded, a world
+reference is bounded in length and in its day (a 64-bit integer) before the library
+resolves it, and the library's errors map to statuses in one place (``_status_of``: not
+found 404, conflict 409, any other ``WorldError`` 400). A malformed request gets a 4xx with
+``{"error": "..."}`` naming what was wrong; an unexpected failure a 500 with one line,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import ipaddress
 import json
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -56,7 +66,7 @@ from envs.errors import GatewayError
 from envs.instance import Environment, Instance
 from envs.mcp import Mode, instance_server
 from replay.errors import IntegrityError
-from worldstore.errors import InputError, NotFoundError, WorldError
+from worldstore.errors import ConflictError, NotFoundError, WorldError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -65,7 +75,15 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-MAX_BODY = 64 * 1024
+MAX_BODY = 64 * 1024  # a REST body
+MAX_MCP_BODY = 8 << 20  # an MCP request: a tool call's arguments may carry a file
+MAX_DEPTH = 64  # JSON nesting of any body (decoders recurse: 30,000 levels crash them)
+MAX_REF = 256  # characters of a world reference
+DAY_LIMIT = 1 << 63  # a day is a signed 64-bit integer in every store
+_REF_DAY = re.compile(r"@(-?\d+)\Z")  # \d as the library reads a day: any digits
+# A JSON string, or an unterminated one to the end: linear, never re-scanned.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 MODES: tuple[str, ...] = get_args(Mode)
 log = logging.getLogger("agentworlds.gateway")
 
@@ -309,6 +327,11 @@ class Gateway:
             await self._route(scope, receive, send)
         except _HttpError as exc:
             await _send_json(send, exc.status, {"error": exc.message}, exc.headers)
+        except WorldError as exc:
+            await _send_json(send, _status_of(exc), {"error": str(exc)})
+        except Exception as exc:  # a bug of ours: one line for the client, the trace logged
+            log.exception("request %s %s failed", scope.get("method"), scope.get("path"))
+            await _send_json(send, 500, {"error": f"internal error: {type(exc).__name__}"})
 
     def _authorized(self, scope: Scope) -> bool:
         assert self._token is not None
@@ -327,7 +350,7 @@ class Gateway:
             await _send_json(send, 200, {"ok": True, "instances": len(self.instances)})
             return
         if parts[0] != "instances":
-            raise _HttpError(404, f"no such endpoint: {scope['path']}")
+            raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
         if len(parts) == 1:
             if _allow(method, "GET", "POST") == "GET":
                 await _send_json(send, 200, {"instances": [h.info() for h in
@@ -338,7 +361,7 @@ class Gateway:
             return
         found = self.instances.get(parts[1])
         if found is None:
-            raise _HttpError(404, f"no instance {parts[1]!r} (closed, reaped or never "
+            raise _HttpError(404, f"no instance {_shown(parts[1])} (closed, reaped or never "
                                   "created)")
         hosted = found
         action = parts[2] if len(parts) > 2 else ""
@@ -346,7 +369,7 @@ class Gateway:
             await self._mcp(hosted, scope, receive, send)
             return
         if len(parts) > 3:
-            raise _HttpError(404, f"no such endpoint: {scope['path']}")
+            raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
         instance = hosted.instance
         if action == "":
             if _allow(method, "GET", "DELETE") == "GET":
@@ -375,7 +398,7 @@ class Gateway:
             body = await hosted.run_locked(lambda: instance.episode.to_json())
             await _send(send, 200, body)
         else:
-            raise _HttpError(404, f"no such endpoint: {scope['path']}")
+            raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
 
     async def _mcp(self, hosted: _Hosted, scope: Scope, receive: Receive, send: Send) -> None:
         # The GET event stream stays open while a client is connected; it does not keep an
@@ -385,6 +408,10 @@ class Gateway:
         hosted.in_flight += counts
         try:
             assert hosted.app is not None
+            if scope["method"] == "POST":  # JSON-RPC: checked here like every other body
+                body = await _read_body(receive, MAX_MCP_BODY)
+                _check_depth(body)
+                receive = _replaying(body, receive)
             await hosted.app(scope, receive, send)
         finally:
             hosted.in_flight -= counts
@@ -399,13 +426,8 @@ class Gateway:
             raise _HttpError(400, f"unknown field(s) {', '.join(unknown)}: the body is "
                                   '{"world": "persona@day" or a world hash, "mode": '
                                   '"tools" or "meta"}')
-        world = request.get("world")
-        if not isinstance(world, str) or not world:
-            raise _HttpError(400, 'the body needs "world": "persona@day" (or persona, or a '
-                                  "world hash)")
-        mode = request.get("mode", self.mode)
-        if mode not in MODES:
-            raise _HttpError(400, f"unknown mode {mode!r}: use 'tools' or 'meta'")
+        world = _world_ref(request.get("world"))
+        mode = _mode(request.get("mode", self.mode))
         if len(self.instances) + self._pending >= self.max_instances:
             raise _HttpError(429, f"the gateway already holds its maximum of "
                                   f"{self.max_instances} instances: DELETE one, or wait for "
@@ -414,12 +436,8 @@ class Gateway:
         try:
             try:
                 hosted = await asyncio.to_thread(self._open, world, mode)
-            except NotFoundError as exc:
-                raise _HttpError(404, str(exc)) from None
-            except IntegrityError as exc:
-                raise _HttpError(500, str(exc)) from None
-            except (InputError, WorldError) as exc:
-                raise _HttpError(400, str(exc)) from None
+            except WorldError as exc:
+                raise _HttpError(_status_of(exc), str(exc)) from None
             try:
                 await hosted.start()
             except BaseException:
@@ -496,7 +514,24 @@ def _allow(method: str, *allowed: str) -> str:
     return method
 
 
-async def _read_body(receive: Receive) -> bytes:
+def _status_of(exc: WorldError) -> int:
+    """The one place a library error becomes an HTTP status."""
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, ConflictError):
+        return 409
+    if isinstance(exc, IntegrityError):  # the store is damaged: not the request's fault
+        return 500
+    return 400
+
+
+def _shown(value: object) -> str:
+    """A client's value in an error message, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+async def _read_body(receive: Receive, limit: int = MAX_BODY) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -505,21 +540,71 @@ async def _read_body(receive: Receive) -> bytes:
             raise _HttpError(400, "the client disconnected")
         chunk = bytes(message.get("body", b""))
         size += len(chunk)
-        if size > MAX_BODY:
-            raise _HttpError(413, f"request body over {MAX_BODY} bytes")
+        if size > limit:
+            raise _HttpError(413, f"request body over {limit} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
 
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body already read, then what the client sends next."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _check_depth(body: bytes) -> None:
+    """Refuse JSON nested deeper than MAX_DEPTH before any decoder sees it (linear: the
+    strings are cut out, then only brackets are counted)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    if len(brackets) <= MAX_DEPTH:
+        return
+    depth = 0
+    for char in brackets:
+        depth += 1 if char in b"[{" else -1
+        if depth > MAX_DEPTH:
+            raise _HttpError(400, f"the body nests JSON deeper than {MAX_DEPTH} levels")
+
+
 def _json_body(body: bytes) -> dict[str, Any]:
+    _check_depth(body)
     try:
         data = json.loads(body or b"{}")
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError too; RecursionError cannot happen here
         raise _HttpError(400, f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise _HttpError(400, "the body must be a JSON object")
     return data
+
+
+def _mode(value: object) -> Mode:
+    for mode in get_args(Mode):
+        if value == mode and isinstance(value, str):
+            return mode  # type: ignore[no-any-return]
+    raise _HttpError(400, f"unknown mode {_shown(value)}: use 'tools' or 'meta'")
+
+
+def _world_ref(value: object) -> str:
+    """The body's world reference, bounded before the library resolves it: a non-empty
+    string of at most MAX_REF characters whose day, if it names one, fits 64 bits."""
+    if not isinstance(value, str) or not value:
+        raise _HttpError(400, 'the body needs "world": "persona@day" (or persona, or a '
+                              "world hash)")
+    if len(value) > MAX_REF:
+        raise _HttpError(400, f"the world reference is over {MAX_REF} characters")
+    day = _REF_DAY.search(value)
+    if day is not None and not -DAY_LIMIT <= int(day.group(1)) < DAY_LIMIT:
+        raise _HttpError(422, f"the day of {_shown(value)} does not fit 64 bits: "
+                              "no persona has such a day")
+    return value
 
 
 async def _send_json(send: Send, status: int, data: Any,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,18 +38,25 @@ from envs.dispatch import (
     tool_failure,
 )
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.errors import AppLoadError, AppPinError, InstanceClosed
+from envs.errors import AppLoadError, AppPinError, InstanceClosed, SandboxError
 from envs.sandbox import run_sandboxed
 from envs.worker_pool import RemoteApp, RemoteTool, WorkerPool
+from envs.workspace import (
+    Content,
+    WorkspaceLimits,
+    WorkspaceState,
+    check_workspace,
+    roll_back,
+)
 from replay.diff import WorldDiff
 from replay.engine import Worlds
-from replay.hashing import file_digest
-from replay.layout import iter_apps, iter_workspace, service_db
+from replay.files import read_regular
+from replay.layout import WORKSPACE, iter_apps, service_db
 from replay.mount import Mount
 from worldstore.canonical import digest_of
 from worldstore.store import DayRecord
 
-__all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "read_pins"]
+__all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "WorkspaceLimits", "read_pins"]
 
 # Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
 _TABLES: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], _ToolTable]] = {}
@@ -97,13 +105,17 @@ class Environment:
     """Opens instances of stored worlds with the apps that serve their services."""
 
     def __init__(self, worlds: Worlds, apps: dict[str, App] | None = None, *,
-                 check_pins: bool = True, lazy: bool = True) -> None:
+                 check_pins: bool = True, lazy: bool = True,
+                 workspace_limits: WorkspaceLimits | None = None) -> None:
         """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
         pins are ignored and `apps` serve its services by name (for testing other code
         against a world; never for training data). Instances are lazy mounts by default:
         opening one copies nothing, a service's database is copied on its first write and
-        the workspace on the first shell command (``lazy=False`` copies all at open)."""
+        the workspace on the first shell command (``lazy=False`` copies all at open).
+        `workspace_limits` are the quotas of every instance's workspace (see
+        ``envs.workspace.WorkspaceLimits`` for the defaults)."""
         self.worlds = worlds
+        self.workspace_limits = workspace_limits or WorkspaceLimits()
         self.apps = dict(SHIPPED if apps is None else apps)
         self.check_pins = check_pins
         self.lazy = lazy
@@ -132,7 +144,8 @@ class Environment:
         except AppPinError:
             mount.close()
             raise
-        return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}")
+        return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}",
+                        workspace_limits=self.workspace_limits)
 
     def _apps_for(self, mount: Mount) -> list[App | RemoteApp]:
         """The apps serving a world's services. A service the world pins must be served by
@@ -181,8 +194,13 @@ class Instance:
     """One agent's private world. Not for concurrent use by several agents."""
 
     def __init__(self, mount: Mount, record: DayRecord, apps: list[App | RemoteApp], *,
-                 instance_id: str) -> None:
+                 instance_id: str, workspace_limits: WorkspaceLimits | None = None) -> None:
+        """`workspace_limits` (default ``WorkspaceLimits()``) bound what shell calls may
+        leave; each is raised to what the snapshot itself holds."""
         self.mount = mount
+        self.workspace_limits = (workspace_limits or WorkspaceLimits()).covering(
+            mount.manifest)
+        self._workspace: WorkspaceState | None = None  # after the last call, once scanned
         self.record = record
         self.instance_id = instance_id
         table = _tool_table(apps)
@@ -220,19 +238,68 @@ class Instance:
         return self._finish_call(call, result)
 
     def shell(self, command: str, limits: Any = None) -> ShellCall:
-        """Run `command` in the workspace inside the sandbox; file changes join the episode."""
+        """Run `command` in the workspace inside the sandbox; file changes join the episode.
+
+        What the command left is checked first (``envs.workspace``): a special file, a
+        name no world can hold or a broken quota makes the call an error result
+        (``refused`` says why, ``exit_code`` is None) and its changes are rolled back."""
         self._check_open()
         index = self._next_call()
         workspace = self.mount.workspace  # a lazy mount copies the workspace now
-        before = _workspace_state(self.mount.path)
+        before = self._workspace_before(workspace)
         outcome = run_sandboxed(command, workspace, limits)
+        checked = check_workspace(workspace, self.workspace_limits, before)
+        refused = checked if isinstance(checked, str) else None
+        if isinstance(checked, str):
+            self._roll_back(workspace, before)
+        else:
+            self._workspace = checked.state
+        stderr = outcome.stderr
+        if refused is not None:
+            stderr += ("" if not stderr or stderr.endswith("\n") else "\n") + (
+                f"error: {refused}; the command's changes to the workspace were rolled back\n")
         call = ShellCall(index=index, ts=self._clock(index).now, command=command,
-                         exit_code=outcome.exit_code, stdout=outcome.stdout,
-                         stderr=outcome.stderr, truncated=outcome.truncated,
-                         timed_out=outcome.timed_out)
+                         exit_code=None if refused else outcome.exit_code,
+                         stdout=outcome.stdout, stderr=stderr, truncated=outcome.truncated,
+                         timed_out=outcome.timed_out, refused=refused)
         self.episode.events.append(call)
-        self.episode.events.extend(_file_changes(self.mount.path, before, index))
+        if not isinstance(checked, str):
+            self.episode.events.extend(
+                FileChange(index=index, path=c.path, data=c.data, link=c.link)
+                for c in checked.changes)
         return call
+
+    def _workspace_before(self, workspace: Path) -> WorkspaceState:
+        """The workspace as the last call left it (scanned once, then carried along)."""
+        if self._workspace is None:
+            found = check_workspace(workspace, self.workspace_limits, None, changes=False)
+            if isinstance(found, str):
+                raise SandboxError(f"instance {self.instance_id}: its workspace is refused "
+                                   f"before any command runs: {found}")
+            self._workspace = found.state
+        return self._workspace
+
+    def _roll_back(self, workspace: Path, before: WorkspaceState) -> None:
+        roll_back(workspace, before, self._content_before)
+        again = check_workspace(workspace, self.workspace_limits, before, changes=False)
+        if isinstance(again, str) or again.changes:
+            self._workspace = None
+            raise SandboxError(f"instance {self.instance_id}: the workspace could not be "
+                               f"rolled back ({again if isinstance(again, str) else 'changed'})")
+        self._workspace = again.state
+
+    def _content_before(self, path: str) -> Content:
+        """A workspace file as it was before this call: its last write in the episode,
+        else the snapshot's copy."""
+        for event in reversed(self.episode.events):
+            if isinstance(event, FileChange) and event.path == path:
+                return event.data, event.link
+        source = self.mount.snapshot / WORKSPACE / path
+        if source.is_symlink():
+            return None, os.readlink(source)
+        data = read_regular(source, limit=self.workspace_limits.max_file_bytes)
+        assert data is not None  # the limits cover every snapshot file
+        return data, None
 
     def reset(self) -> None:
         """Back to the snapshot (same hash), with a fresh episode and clock."""
@@ -240,6 +307,7 @@ class Instance:
         with self._lock:
             self._close_connections()
             self.mount.reset()
+            self._workspace = None
             self._new_episode()
 
     def hash(self) -> str:
@@ -360,23 +428,3 @@ class _PendingCall:
     arguments: dict[str, Any]
     tool: CompiledTool | RemoteTool | None
     context: CallContext
-
-
-def _workspace_state(root: Path) -> dict[str, tuple[int, str, str | None]]:
-    return {rel: (d.size, d.digest, d.link) for rel, d in
-            ((rel, file_digest(p)) for rel, p in iter_workspace(root))}
-
-
-def _file_changes(root: Path, before: dict[str, tuple[int, str, str | None]],
-                  index: int) -> list[FileChange]:
-    after = _workspace_state(root)
-    deleted = [FileChange(index=index, path=p, data=None) for p in sorted(before)
-               if p not in after]
-    written = []
-    for path in sorted(after):
-        if before.get(path) == after[path]:
-            continue
-        link = after[path][2]
-        data = None if link is not None else (root / "workspace" / path).read_bytes()
-        written.append(FileChange(index=index, path=path, data=data, link=link))
-    return deleted + written

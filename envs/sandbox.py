@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from envs.errors import SandboxError
+from replay.files import walk
 
 __all__ = [
     "LIMIT_REASONS",
@@ -82,6 +83,7 @@ __all__ = [
     "give_to_sandbox",
     "kill_sandbox",
     "run_sandboxed",
+    "sandbox_ids",
 ]
 
 log = logging.getLogger(__name__)
@@ -387,18 +389,15 @@ def _check_binds(binds: Sequence[Bind], system_paths: Sequence[str]) -> list[Bin
 
 
 def _give_tree(top: Path, uid: int, gid: int) -> None:
-    """chown the workspace tree to the sandbox uid; never follows a symlink."""
-    st = os.stat(top)
+    """chown the workspace tree to the sandbox uid; never follows a symlink, and walks in
+    a loop bounded in depth (``replay.files.walk``), however deep the agent made it."""
+    st = os.lstat(top)
     if (st.st_uid, st.st_gid) != (uid, gid):
-        os.chown(top, uid, gid)
-    for _dirpath, dirnames, filenames, dirfd in os.fwalk(top, follow_symlinks=False):
-        for name in dirnames + filenames:
-            try:
-                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                if (st.st_uid, st.st_gid) != (uid, gid):
-                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
+        os.chown(top, uid, gid, follow_symlinks=False)
+    for entry in walk(top):
+        if (entry.stat.st_uid, entry.stat.st_gid) != (uid, gid):
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(entry.path, uid, gid, follow_symlinks=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -429,6 +428,11 @@ def _sandbox_ids() -> tuple[int, int]:
                             "(uid 65534), which other host processes may share", SANDBOX_USER)
                 return 65534, 65534
         return entry.pw_uid, entry.pw_gid
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """The unprivileged uid/gid sandboxes run as (the shell's; the carried-app workers')."""
+    return _sandbox_ids()
 
 
 def kill_sandbox(proc: subprocess.Popen[bytes]) -> None:

@@ -2,24 +2,37 @@
 
 Carried code is untrusted: it never runs in this process. ``AppWorker`` runs
 ``python -m envs.app_worker`` (one loaded app) under bubblewrap and sends it one request at a
-time; ``WorkerPool`` keeps one worker per (service, code digest), so every instance of
-worlds carrying the same code shares it and only the first open waits for a start.
+time. ``AppWorkers`` is the set of such processes serving one (service, code digest,
+instances directory): every instance of worlds carrying the same code shares it, and each
+call goes to a worker no other call is using, so one instance's runaway call costs only that
+instance: its worker is killed at the timeout while the other instances' calls run in other
+workers (a call that finds every worker busy starts one more, up to ``max_workers``; workers
+idle for ``idle_s`` are stopped, all but one). ``WorkerPool`` holds them per app.
 
 What the worker sees: a new root with the system's ``/usr`` and ``/lib*``, the Python
 installation at ``/opt/python``, the virtual environment's site-packages at ``/opt/site``
 and the project's packages under ``/opt/src`` (all read-only), and a private ``/tmp``
-(tmpfs). No file of the host is writable there, and no instance directory, snapshot or
-store is there at all. A call's database reaches it as a file descriptor: on the first call
-of an instance (after ``forget``, or after another instance's call), this process opens the
-instance's database itself, read-write, or the snapshot's read-only while a lazy instance
-has no copy, and sends the descriptor over a Unix socket (SCM_RIGHTS) with the request; the
-worker then drops the one it held (see ``envs.app_worker``). So while a call runs, the worker
-process holds no database but that instance's.
+(tmpfs). It runs as the sandbox's unprivileged user (``envs.sandbox.sandbox_ids``: as root,
+the dedicated system user), so no file of the host is writable there, and no instance
+directory, snapshot or store is there at all. A call's database reaches it as a file
+descriptor: on the first call of an instance in that worker (after ``forget``, or after
+another instance's call), this process opens the instance's database itself, read-write, or
+the snapshot's read-only while a lazy instance has no copy, and sends the descriptor over a
+Unix socket (SCM_RIGHTS) with the request; the worker then drops the one it held (see
+``envs.app_worker``). So while a call runs, the worker process holds no database but that
+instance's, and a database is held by at most one worker at a time.
+
+Requests and replies travel on a stream socket made for that one request and handed over
+with it; a reply must be one frame carrying the request's id, then the end of the stream
+(``envs.app_worker`` describes the protocol). Anything else (a reply with another id, a
+second reply, bytes after it, a request channel left open) is a protocol violation: the
+call gets an error result and its worker is stopped. The worker's stdin is ``/dev/null``
+and its stdout and stderr go to a log file here, whose tail explains a crash.
 
 No network (only a private loopback), new pid/ipc/uts/cgroup/user namespaces, no nested
 user namespaces, every capability dropped, no new privileges, and ``prlimit`` bounds on
 address space, CPU seconds, file size and open files. A call that outlives ``timeout_s``
-(or a worker that dies) gets an error result; the worker is killed and restarted on the
+(or a worker that dies) gets an error result; the worker is killed and another serves the
 next call. A worker whose call left a thread, a process or a timer running is replaced too.
 """
 
@@ -27,9 +40,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import logging
 import os
-import selectors
 import socket
 import stat
 import subprocess
@@ -45,7 +58,7 @@ from typing import Any
 import msgspec
 
 from envs.app import ToolSpec
-from envs.app_worker import HANDOVER_MESSAGE
+from envs.app_worker import CALL_MESSAGE, FRAME_HEADER, MAX_FRAME, frame
 from envs.contract import CallClock, CallContext, Effect, ToolInfo, ToolResult
 from envs.dispatch import tool_failure
 from envs.errors import AppLoadError, SandboxError, WorkerError
@@ -57,6 +70,7 @@ from envs.sandbox import (
     bwrap_argv,
     find_sandbox_tools,
     kill_sandbox,
+    sandbox_ids,
 )
 from worldstore.canonical import digest
 
@@ -75,6 +89,8 @@ class WorkerLimits:
     cpu_s: int = 600  # CPU seconds for the worker's whole life (it restarts when hit)
     memory_mib: int = 2048  # address space
     max_file_mib: int = 256
+    max_workers: int = 16  # processes per app: calls at once beyond this wait for one
+    idle_s: float = 300.0  # a worker idle this long is stopped (but an app's last one)
 
 
 def _python_paths() -> tuple[str, str, list[str]]:
@@ -90,7 +106,7 @@ def _python_paths() -> tuple[str, str, list[str]]:
 
 class AppWorker:
     """One sandboxed ``envs.app_worker`` process serving one carried app to the instances under
-    `root` (it is handed databases there only)."""
+    `root` (it is handed databases there only), one request at a time."""
 
     def __init__(self, service: str, code: str, root: Path,
                  limits: WorkerLimits | None = None) -> None:
@@ -100,13 +116,13 @@ class AppWorker:
         self.limits = limits or WorkerLimits()
         self.loaded: dict[str, Any] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._stderr: Any = None
-        self._buffer = bytearray()
-        self._channel: socket.socket | None = None  # our end of the descriptor channel
+        self._log: Any = None  # the worker's stdout and stderr
+        self._control: socket.socket | None = None  # our end of the control socket
         self._held: tuple[str, str] | None = None  # (database, file handed) the worker holds
+        self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        try:  # the worker never drops from root to another uid, so it needs no setpriv
-            self._tools = find_sandbox_tools(setpriv=False)
+        try:  # as root, setpriv drops the sandbox to its unprivileged user
+            self._tools = find_sandbox_tools(setpriv=os.geteuid() == 0)
         except SandboxError as exc:
             raise SandboxError(f"running carried app code needs a sandbox: {exc}") from None
 
@@ -115,11 +131,17 @@ class AppWorker:
         """The host pid of the sandbox (bwrap), while running."""
         return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
 
+    @property
+    def holds(self) -> str | None:
+        """The database (an instance's path) the worker holds, if any."""
+        return self._held[0] if self._held is not None else None
+
     def policy(self) -> SandboxPolicy:
         """The worker's sandbox: the system without /etc, the interpreter, site-packages
         and the project's packages read-only, a private /tmp as its cwd and nothing else.
-        Its user is the caller's own (it gets every database as a descriptor, so it needs
-        no uid of its own), and bwrap's init stays its pid 1 to reap what a call orphans."""
+        Its user is the sandbox's unprivileged one (it gets every database as a descriptor,
+        so it needs no file permission), and bwrap's init stays its pid 1 to reap what a
+        call orphans."""
         prefix, site, packages = _python_paths()
         lim = self.limits
         return SandboxPolicy(
@@ -133,20 +155,21 @@ class AppWorker:
                      for package in packages)),
             env=(("PATH", f"{PYTHON_AT}/bin:/usr/bin:/bin"), ("PYTHONHOME", PYTHON_AT),
                  ("PYTHONPATH", f"{SRC_AT}:{SITE_AT}"), ("LD_LIBRARY_PATH", f"{PYTHON_AT}/lib"),
-                 ("PYTHONDONTWRITEBYTECODE", "1"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")))
+                 ("PYTHONDONTWRITEBYTECODE", "1"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")),
+            user=sandbox_ids())
 
-    def argv(self, channel_fd: int) -> list[str]:
-        """The command line; `channel_fd` is the worker's end of the descriptor channel."""
+    def argv(self, control_fd: int) -> list[str]:
+        """The command line; `control_fd` is the worker's end of the control socket."""
         python = f"{PYTHON_AT}/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
         return bwrap_argv(self.policy(), [python, "-s", "-m", "envs.app_worker",
-                                          str(channel_fd)], self._tools)
+                                          str(control_fd)], self._tools)
 
     # --- requests ---------------------------------------------------------------------
 
     def load(self) -> dict[str, Any]:
         """Start the worker and load the code (once); the load reply describes the tools."""
         with self._lock:
-            if self.loaded is None:
+            if self.loaded is None or self._proc is None:
                 self._ensure_started()
             assert self.loaded is not None
             return self.loaded
@@ -154,9 +177,9 @@ class AppWorker:
     def call(self, tool: str, arguments: dict[str, Any], *, db: Path, clock: CallClock,
              source: Path | None = None) -> dict[str, Any]:
         """Run one tool call against the instance database `db` at the instance's `clock`;
-        a timeout or crash is an error reply (and a restart later). `source` is the file to
-        read instead while a lazy instance has no copy of `db` (its snapshot's database,
-        handed read-only)."""
+        a timeout, a crash or a protocol violation is an error reply (and a restart later).
+        `source` is the file to read instead while a lazy instance has no copy of `db` (its
+        snapshot's database, handed read-only)."""
         source = source or db
         held = (str(db), str(source))
         with self._lock:
@@ -173,6 +196,7 @@ class AppWorker:
             request = {"op": "call", "tool": tool, "arguments": arguments,
                        "handover": None if fd is None else {"writable": source == db},
                        "clock": clock.to_wire()}
+            self._held = None  # until the reply says otherwise
             try:
                 reply = self._request(request, self.limits.timeout_s, fd)
             except WorkerError as exc:
@@ -224,125 +248,278 @@ class AppWorker:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._stop()
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
-        # Datagrams keep each descriptor with its own message.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
+        # Datagrams keep each request's descriptors with its own message.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                self.argv(theirs.fileno()), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self._stderr, start_new_session=True, close_fds=True,
+                self.argv(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=self._log, start_new_session=True, close_fds=True,
                 pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"})
         except BaseException:
             ours.close()
             raise
         finally:
             theirs.close()
-        self._channel = ours
+        self._control = ours
         reply = self._request({"op": "load", "service": self.service, "code": self.code},
                               self.limits.start_timeout_s)
         if not reply.get("ok"):
             self._stop()
             raise AppLoadError(str(reply.get("error")))
+        reply.pop("id", None)
+        if self.loaded is not None and reply != self.loaded:
+            self._stop()
+            raise AppLoadError("the code describes other tools each time it is loaded")
         self.loaded = reply
 
     def _request(self, request: dict[str, Any], timeout: float,
                  fd: int | None = None) -> dict[str, Any]:
-        """Send one request (first `fd` on the channel, if given; it is closed here) and
-        wait for its reply."""
-        proc = self._proc
+        """Send one request, with the database `fd` if given (closed here), on a channel of
+        its own, and read its one reply there."""
+        call_id = next(self._ids)
+        deadline = time.monotonic() + timeout
         try:
-            if proc is None or proc.stdin is None or proc.stdout is None or not self._channel:
-                raise WorkerError("the app worker is not running")
-            if fd is not None:
-                self._send_fd(fd)
+            channel = self._open_channel(fd)
         finally:
             if fd is not None:
                 os.close(fd)
+        with channel:
+            try:
+                channel.settimeout(timeout)
+                channel.sendall(frame(msgspec.json.encode({**request, "id": call_id})))
+                channel.shutdown(socket.SHUT_WR)
+                data = self._read_reply(channel, deadline, timeout)
+            except TimeoutError:
+                raise WorkerError(f"the app call took longer than {timeout:g} s; "
+                                  "the app worker was stopped") from None
+            except OSError as exc:
+                raise WorkerError(f"the app worker died{self._why()}") from exc
         try:
-            proc.stdin.write(msgspec.json.encode(request) + b"\n")
-            proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise WorkerError(f"the app worker died{self._why()}") from exc
-        line = self._read_line(proc, time.monotonic() + timeout, timeout)
-        try:
-            reply = msgspec.json.decode(line)
+            reply = msgspec.json.decode(data)
         except msgspec.DecodeError as exc:
-            raise WorkerError(f"the app worker sent a bad reply: {line[:200]!r}") from exc
-        if not isinstance(reply, dict):
-            raise WorkerError("the app worker sent a bad reply")
+            raise WorkerError(f"the app worker sent a bad reply: {data[:200]!r}") from exc
+        if not isinstance(reply, dict) or reply.get("id") != call_id:
+            got = reply.get("id") if isinstance(reply, dict) else None
+            raise WorkerError(f"the app worker answered request {call_id} with a reply for "
+                              f"{got!r}; it was stopped")
         return reply
 
-    def _send_fd(self, fd: int) -> None:
-        assert self._channel is not None
+    def _open_channel(self, fd: int | None) -> socket.socket:
+        """A new stream socket for one request, its other end sent to the worker (with the
+        database `fd`, if any) on the control socket."""
+        if self._proc is None or self._control is None:
+            raise WorkerError("the app worker is not running")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            socket.send_fds(self._channel, [HANDOVER_MESSAGE], [fd])
+            socket.send_fds(self._control, [CALL_MESSAGE],
+                            [theirs.fileno(), *([] if fd is None else [fd])])
         except OSError as exc:
+            ours.close()
             raise WorkerError(f"the app worker died{self._why()}") from exc
+        finally:
+            theirs.close()
+        return ours
 
-    def _read_line(self, proc: subprocess.Popen[bytes], deadline: float,
-                   timeout: float) -> bytes:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while True:
-                end = self._buffer.find(b"\n")
-                if end >= 0:
-                    line = bytes(self._buffer[:end])
-                    del self._buffer[:end + 1]
-                    return line
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise WorkerError(f"the app call took longer than {timeout:g} s; "
-                                      "the app worker was stopped")
-                if sel.select(left):
-                    chunk = os.read(fd, 1 << 20)
-                    if not chunk:
-                        proc.wait(timeout=5)
-                        raise WorkerError(f"the app worker died (exit {proc.returncode})"
-                                          f"{self._why()}")
-                    self._buffer += chunk
+    def _read_reply(self, channel: socket.socket, deadline: float, timeout: float) -> bytes:
+        """The one frame of a reply, then the end of the stream: a second frame, stray
+        bytes or a channel left open are protocol violations."""
+        buffer = bytearray()
+        size: int | None = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            channel.settimeout(left)
+            chunk = channel.recv(1 << 20)
+            if not chunk:
+                break
+            buffer += chunk
+            if size is None and len(buffer) >= FRAME_HEADER.size:
+                (size,) = FRAME_HEADER.unpack_from(buffer)
+                if size > MAX_FRAME:
+                    raise WorkerError(f"the app worker sent a reply of {size} bytes; "
+                                      "it was stopped")
+            if size is not None and len(buffer) > FRAME_HEADER.size + size:
+                raise WorkerError("the app worker sent more than one reply to one request; "
+                                  "it was stopped")
+        if size is None or len(buffer) != FRAME_HEADER.size + size:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise WorkerError(f"the app worker died (exit {self._proc.returncode})"
+                                  f"{self._why()}")
+            if self._proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=0.5)
+                if self._proc.poll() is not None:
+                    raise WorkerError(f"the app worker died (exit {self._proc.returncode})"
+                                      f"{self._why()}")
+            raise WorkerError("the app worker closed the request's channel without a "
+                              "whole reply; it was stopped")
+        return bytes(buffer[FRAME_HEADER.size:])
 
     def _why(self) -> str:
-        if self._stderr is None:
+        if self._log is None:
             return ""
         with contextlib.suppress(OSError):
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - 2000))
-            tail = self._stderr.read().decode("utf-8", "replace").strip()
+            self._log.seek(0, os.SEEK_END)
+            size = self._log.tell()
+            self._log.seek(max(0, size - 2000))
+            tail = self._log.read().decode("utf-8", "replace").strip()
             return f": {tail}" if tail else ""
         return ""
 
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
-        self._buffer.clear()
         self._held = None  # a new process holds no database
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         if proc is not None:
             if proc.poll() is None:
                 kill_sandbox(proc)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
-            for pipe in (proc.stdin, proc.stdout):
-                if pipe is not None:
-                    with contextlib.suppress(OSError):
-                        pipe.close()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class AppWorkers:
+    """The worker processes serving one carried app to the instances under `root`.
+
+    Each call gets a worker of its own for its duration: the one already holding the call's
+    database if it is free (no handover), else any free one, else a new one (up to
+    ``limits.max_workers``; beyond, the call waits for one until its timeout). A database is
+    held by at most one worker: a call for a database that a busy worker holds waits for
+    that worker (an instance's calls run one at a time anyway)."""
+
+    def __init__(self, service: str, code: str, root: Path,
+                 limits: WorkerLimits | None = None) -> None:
+        self.service = service
+        self.code = code
+        self.root = root
+        self.limits = limits or WorkerLimits()
+        self._all: list[AppWorker] = []
+        self._busy: set[AppWorker] = set()
+        self._serving: dict[AppWorker, str] = {}  # a busy worker's call's database
+        self._idle_since: dict[AppWorker, float] = {}
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def load(self) -> dict[str, Any]:
+        """Start the first worker and load the code; the reply describes the tools."""
+        worker = self._take(None, time.monotonic() + self.limits.start_timeout_s)
+        try:
+            return worker.load()
+        finally:
+            self._give_back(worker)
+
+    def call(self, tool: str, arguments: dict[str, Any], *, db: Path, clock: CallClock,
+             source: Path | None = None) -> dict[str, Any]:
+        """``AppWorker.call`` on a worker that runs nothing else meanwhile."""
+        try:
+            worker = self._take(str(db), time.monotonic() + self.limits.timeout_s)
+        except WorkerError as exc:
+            return {"ok": False, "error": str(exc)}
+        try:
+            return worker.call(tool, arguments, db=db, clock=clock, source=source)
+        finally:
+            self._give_back(worker)
+
+    def forget(self, db: Path) -> None:
+        """Make the worker holding `db` (if one does) drop it."""
+        with self._changed:
+            holder = self._holder(str(db))
+            while holder is not None and holder in self._busy:
+                self._changed.wait()
+                holder = self._holder(str(db))
+            if holder is None:
+                return
+            self._busy.add(holder)
+        try:
+            holder.forget(db)
+        finally:
+            self._give_back(holder)
+
+    def workers(self) -> list[AppWorker]:
+        with self._changed:
+            return list(self._all)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            workers, self._all = self._all, []
+            self._changed.notify_all()
+        for worker in workers:
+            worker.close()
+
+    # --- who serves a call -------------------------------------------------------------
+
+    def _holder(self, db: str) -> AppWorker | None:
+        """The worker holding `db`, or running a call on it."""
+        return next((w for w in self._all if w.holds == db or self._serving.get(w) == db),
+                    None)
+
+    def _take(self, db: str | None, deadline: float) -> AppWorker:
+        with self._changed:
+            while True:
+                if self._closed:
+                    raise WorkerError("the app's workers were stopped")
+                chosen = self._choose(db)
+                if chosen is not None:
+                    self._busy.add(chosen)
+                    if db is not None:
+                        self._serving[chosen] = db
+                    self._idle_since.pop(chosen, None)
+                    return chosen
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerError(f"all {len(self._all)} workers of the carried app "
+                                      f"{self.service!r} stayed busy")
+                self._changed.wait(left)
+
+    def _choose(self, db: str | None) -> AppWorker | None:
+        """A free worker for a call on `db`, a new one if none is free (None: wait)."""
+        self._stop_long_idle()
+        holder = self._holder(db) if db is not None else None
+        if holder is not None:
+            return None if holder in self._busy else holder
+        free = [w for w in self._all if w not in self._busy]
+        if free:  # prefer one holding nothing: no other instance's database is dropped
+            return min(free, key=lambda w: (w.pid is None, w.holds is not None))
+        if len(self._all) >= self.limits.max_workers:
+            return None
+        worker = AppWorker(self.service, self.code, self.root, self.limits)
+        if self._all:  # every worker loads the same code: it describes the same tools
+            worker.loaded = self._all[0].loaded
+        self._all.append(worker)
+        return worker
+
+    def _stop_long_idle(self) -> None:
+        now = time.monotonic()
+        for worker, since in list(self._idle_since.items()):
+            if len(self._all) > 1 and now - since > self.limits.idle_s:
+                self._all.remove(worker)
+                del self._idle_since[worker]
+                worker.close()  # idle, so this takes no time
+
+    def _give_back(self, worker: AppWorker) -> None:
+        with self._changed:
+            self._busy.discard(worker)
+            self._serving.pop(worker, None)
+            if worker in self._all:
+                self._idle_since[worker] = time.monotonic()
+            self._changed.notify_all()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RemoteTool:
-    """A carried app's tool: each call runs in the app's sandboxed worker, at the clock of
-    the instance that makes it."""
+    """A carried app's tool: each call runs in one of the app's sandboxed workers, at the
+    clock of the instance that makes it."""
 
     spec: ToolSpec
     info: ToolInfo
-    worker: AppWorker
+    worker: AppWorkers
 
     def call(self, arguments: dict[str, Any], context: CallContext, *, db: Path,
              source: Path) -> ToolResult:
@@ -370,9 +547,9 @@ def _never(*_: Any, **__: Any) -> Any:
 
 
 class RemoteApp:
-    """A carried app as an instance sees it: its tools, served by its worker."""
+    """A carried app as an instance sees it: its tools, served by its workers."""
 
-    def __init__(self, service: str, worker: AppWorker) -> None:
+    def __init__(self, service: str, worker: AppWorkers) -> None:
         loaded = worker.load()
         self.service = service
         self.worker = worker
@@ -393,7 +570,7 @@ class RemoteApp:
 
 
 class WorkerPool:
-    """One worker per (service, code digest, instances directory)."""
+    """The workers of each (service, code digest, instances directory)."""
 
     def __init__(self, limits: WorkerLimits | None = None) -> None:
         self.limits = limits
@@ -405,7 +582,7 @@ class WorkerPool:
         with self._lock:
             found = self._apps.get(key)
             if found is None:
-                worker = AppWorker(service, code, root, self.limits)
+                worker = AppWorkers(service, code, root, self.limits)
                 try:
                     found = RemoteApp(service, worker)
                 except BaseException:
@@ -415,8 +592,9 @@ class WorkerPool:
             return found
 
     def workers(self) -> list[AppWorker]:
+        """Every worker process of every app (running or stopped)."""
         with self._lock:
-            return [a.worker for a in self._apps.values()]
+            return [w for a in self._apps.values() for w in a.worker.workers()]
 
     def close(self) -> None:
         with self._lock:

@@ -21,7 +21,8 @@ import msgspec
 
 from replay.errors import EventFailed
 from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
-from replay.sqlite import freeze, open_event_db, take_denial
+from replay.sqlite import describe_failure, freeze, open_event_db, take_denial
+from replay.touched import DayChanges, WriteLog, note_tables
 from worldstore.canonical import digest
 from worldstore.errors import PathError
 from worldstore.events import (
@@ -32,6 +33,7 @@ from worldstore.events import (
     Payload,
     SqlPayload,
     StoredEvent,
+    decode_payload,
 )
 from worldstore.interchange import BLOB_PARAM_KEY
 from worldstore.names import ts_millis
@@ -50,7 +52,14 @@ class WorldBuilder:
         self.root = root
         self.blobs = blobs
         self._conns: dict[str, apsw.Connection] = {}
+        self._logs: dict[str, WriteLog] = {}
         self._in_day: set[str] = set()
+        # (connection, write log) of each service whose day transaction is open: the one
+        # lookup a SQL event needs.
+        self._live: dict[str, tuple[apsw.Connection, WriteLog]] = {}
+        self._ts = ""  # the last event's ts and its milliseconds
+        self._millis = 0
+        self.changes = DayChanges()
         (root / SERVICES).mkdir(parents=True, exist_ok=True)
         (root / WORKSPACE).mkdir(parents=True, exist_ok=True)
 
@@ -63,29 +72,65 @@ class WorldBuilder:
             # relies on their durability (cache entries are copies), so skip the fsyncs.
             _unguarded(conn, "PRAGMA synchronous=OFF")
             _unguarded(conn, f"PRAGMA cache_size=-{_CACHE_KIB}")
+            # Pinned, not left to the file system's sector size: events may read it (rtree
+            # sizes its nodes by it), so it must be the same on every machine.
+            _unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
             self._conns[service] = conn
+            self._logs[service] = WriteLog(conn)
         if service not in self._in_day:
             _unguarded(conn, "BEGIN")
+            # A day sees no rowid inserted before it: whether the connection lived through
+            # the previous day depends on how the log was split and on the cache.
+            conn.set_last_insert_rowid(0)
             self._in_day.add(service)
+            self._live[service] = (conn, self._logs[service])
         return conn
 
     def apply(self, event: StoredEvent, payload: Payload | None = None) -> None:
-        freeze(ts_millis(event.ts), event.event_id)
-        apply_event(event.payload if payload is None else payload, self)
+        # The per-event path of replay: kept to a few calls (SQL events are most events).
+        ts = event.ts
+        if ts != self._ts:  # events of one moment are common: parse each moment once
+            self._millis = ts_millis(ts)
+            self._ts = ts
+        freeze(self._millis, event.event_id)
+        if payload is None:
+            payload = decode_payload(event.body, event.schema_version)
+        if type(payload) is SqlPayload:
+            _apply_sql(payload, self)
+            return
+        handler = _HANDLERS.get(type(payload))
+        if handler is None:
+            raise EventFailed(f"unknown payload type {type(payload).__name__}")
+        handler(payload, self)
 
     def commit(self) -> None:
         """End the day: commit every service transaction the day opened."""
         for service in sorted(self._in_day):
             _unguarded(self._conns[service], "COMMIT")
         self._in_day.clear()
+        self._live.clear()
+
+    def idle_connection(self, service: str) -> apsw.Connection | None:
+        """The service's open connection while no day transaction is open on it (its
+        page cache is hot: hashing through it reads no page twice), or None."""
+        return None if service in self._in_day else self._conns.get(service)
+
+    def take_changes(self) -> DayChanges:
+        """What was written since the last call (tables, files, app pins), and start
+        afresh: per-day hashing re-hashes exactly this."""
+        changes, self.changes = self.changes, DayChanges()
+        return changes
 
     def close(self) -> None:
         """Roll back an unfinished day and close every connection."""
         conns, self._conns = self._conns, {}
         in_day, self._in_day = self._in_day, set()
+        self._live.clear()
         for service, conn in conns.items():
             try:
-                if service in in_day:
+                # (SQLite has rolled the transaction back itself after an interrupted or
+                # out-of-memory statement)
+                if service in in_day and conn.in_transaction:
                     _unguarded(conn, "ROLLBACK")
             finally:
                 conn.close()
@@ -94,6 +139,7 @@ class WorldBuilder:
 
 
 _CACHE_KIB = 65536  # page cache per service connection while building (64 MiB at most)
+_PAGE_SIZE = 4096  # SQLite's default, the page size of every world built so far
 
 
 def _unguarded(conn: apsw.Connection, sql: str) -> None:
@@ -114,18 +160,41 @@ def apply_event(payload: Payload, world: WorldBuilder) -> None:
 
 
 def _apply_sql(payload: SqlPayload, world: WorldBuilder) -> None:
-    conn = world.connection(payload.service)
+    service, sql, params = payload.service, payload.sql, payload.params
+    live = world._live.get(service)
+    if live is None:
+        world.connection(service)
+        live = world._live[service]
+    conn, log = live
+    tables = log.known(sql)
     try:
-        for _row in conn.execute(payload.sql, _bindings(payload.params)):
-            pass
+        # Plain positional values (the common case) bind as they are: no per-value calls.
+        bindings = params if params is None or (
+            type(params) is list and _PLAIN_TYPES.issuperset(map(type, params))
+        ) else _bindings(params)
+        if tables is not None:
+            for _row in conn.execute(sql, bindings):
+                pass
+        else:
+            # First sight of this text under this schema: compile it afresh so that the
+            # write log hears every table it (or a trigger it fires) writes.
+            log.start()
+            try:
+                for _row in conn.execute(sql, bindings, can_cache=False):
+                    pass
+            finally:
+                tables = log.learnt(sql)
     except apsw.Error as exc:
-        denied = take_denial()
-        reason = denied or f"{type(exc).__name__}: {exc}"
-        raise EventFailed(f"service {payload.service!r}: {reason}") from None
+        raise EventFailed(f"service {payload.service!r}: {describe_failure(exc)}") from None
     except KeyError as exc:  # apsw's lookup of a named parameter missing from `params`
         raise EventFailed(
             f"service {payload.service!r}: no value for named parameter {exc} in 'params'"
         ) from None
+    finally:
+        note_tables(world.changes, service, tables)
+    refused = take_denial()  # found while rows were written (rowid 2^63-1), not compiled
+    if refused is not None:
+        raise EventFailed(f"service {payload.service!r}: {refused}")
 
 
 def _bindings(params: Params | None) -> Any:
@@ -154,19 +223,31 @@ def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
     if digest(data) != payload.blob or len(data) != payload.size:
         raise EventFailed(f"blob {payload.blob} for {payload.path!r} does not match its digest")
     target = _target(world, payload.path)
+    world.changes.files.add(payload.path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if target.is_dir():
-            raise EventFailed(f"file_write {payload.path!r}: a directory is in the way")
-        target.write_bytes(data)
+        try:
+            _write_file(target, data)
+        except FileNotFoundError:  # a new folder: make it (once), then write
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_file(target, data)
+    except IsADirectoryError:
+        raise EventFailed(f"file_write {payload.path!r}: a directory is in the way") from None
     except (NotADirectoryError, FileExistsError):
         raise EventFailed(
             f"file_write {payload.path!r}: a parent of this path is a file"
         ) from None
 
 
+def _write_file(target: Path, data: bytes) -> None:
+    # Opened directly (no stat of the parent or the target first): the errors say what
+    # was in the way, and most writes go to folders that exist.
+    with open(target, "wb") as fh:
+        fh.write(data)
+
+
 def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
     target = _target(world, payload.path)
+    world.changes.files.add(payload.path)
     try:
         os.unlink(target)
     except FileNotFoundError:
@@ -178,6 +259,7 @@ def _apply_file_delete(payload: FileDeletePayload, world: WorldBuilder) -> None:
 
 def _apply_app(payload: AppPayload, world: WorldBuilder) -> None:
     folder = world.root / APPS
+    world.changes.apps = True
     folder.mkdir(exist_ok=True)
     pin = {"service": payload.service, "app": payload.app, "version": payload.version,
            "digest": payload.digest, "carried": payload.carried}

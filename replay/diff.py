@@ -15,11 +15,15 @@ from typing import Any
 
 import msgspec
 
-from replay.hashing import Manifest, ServiceManifest, table_infos
-from replay.layout import WORKSPACE, service_db
+from replay.errors import WorldDirError
+from replay.files import SPECIAL_KINDS, read_regular
+from replay.hashing import FileDigest, Manifest, ServiceManifest, table_infos
+from replay.layout import service_db, workspace_path
 from replay.sqlite import open_readonly, quote_ident
+from worldstore.errors import PathError
 
 MAX_TEXT_DIFF_LINES = 200
+MAX_TEXT_DIFF_BYTES = 1 << 20  # larger files are compared by size and digest only
 
 
 class RowChange(msgspec.Struct, omit_defaults=True):
@@ -47,6 +51,12 @@ class FileDiff(msgspec.Struct, omit_defaults=True):
     size_before: int | None = None
     size_after: int | None = None
     text_diff: list[str] | None = None
+    # Set only for what is not a regular file: 'symlink' (with its target, which is
+    # never followed), 'fifo', 'socket', 'char-device', 'block-device'.
+    kind_before: str | None = None
+    kind_after: str | None = None
+    link_before: str | None = None
+    link_after: str | None = None
 
 
 class WorldDiff(msgspec.Struct):
@@ -194,15 +204,26 @@ def _file_diffs(a_root: Path, a: Manifest, b_root: Path, b: Manifest) -> list[Fi
         fa, fb = a.files.get(path), b.files.get(path)
         if fa == fb:
             continue
-        if fa is None:
-            assert fb is not None
-            out.append(FileDiff(path, "added", size_after=fb.size))
-        elif fb is None:
-            out.append(FileDiff(path, "removed", size_before=fa.size))
-        else:
-            out.append(FileDiff(path, "changed", size_before=fa.size, size_after=fb.size,
-                                text_diff=_text_diff(a_root, b_root, path)))
+        change = "added" if fa is None else "removed" if fb is None else "changed"
+        diff = FileDiff(path, change, size_before=fa.size if fa else None,
+                        size_after=fb.size if fb else None,
+                        kind_before=_odd_kind(fa), kind_after=_odd_kind(fb),
+                        link_before=fa.link if fa else None,
+                        link_after=fb.link if fb else None)
+        if fa is not None and fb is not None and _odd_kind(fa) is None \
+                and _odd_kind(fb) is None:
+            diff.text_diff = _text_diff(a_root, b_root, path)
+        out.append(diff)
     return out
+
+
+def _odd_kind(found: FileDigest | None) -> str | None:
+    """What a manifest entry is when it is not a regular file (None for one)."""
+    if found is None:
+        return None
+    if found.link is not None:
+        return "symlink"
+    return found.digest if found.digest in SPECIAL_KINDS else None
 
 
 def _app_diff(name: str, a: Manifest, b: Manifest) -> FileDiff:
@@ -213,12 +234,27 @@ def _app_diff(name: str, a: Manifest, b: Manifest) -> FileDiff:
 
 
 def _text_diff(a_root: Path, b_root: Path, path: str) -> list[str] | None:
+    """A unified diff of two regular UTF-8 files of at most MAX_TEXT_DIFF_BYTES each;
+    None for anything else. Both are opened without following a symlink on the way
+    (an agent may have put one there since the manifest was taken)."""
     try:
-        before = (a_root / WORKSPACE / path).read_text("utf-8").splitlines()
-        after = (b_root / WORKSPACE / path).read_text("utf-8").splitlines()
-    except (UnicodeDecodeError, OSError):
+        before = _small_text(a_root, path)
+        after = _small_text(b_root, path)
+    except (OSError, WorldDirError, PathError):
+        return None
+    if before is None or after is None:
         return None
     lines = list(difflib.unified_diff(before, after, f"a/{path}", f"b/{path}", lineterm=""))
     if len(lines) > MAX_TEXT_DIFF_LINES:
         lines = [*lines[:MAX_TEXT_DIFF_LINES], f"... ({len(lines) - MAX_TEXT_DIFF_LINES} more)"]
     return lines
+
+
+def _small_text(root: Path, path: str) -> list[str] | None:
+    data = read_regular(workspace_path(root, path), limit=MAX_TEXT_DIFF_BYTES)
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return None

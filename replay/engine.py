@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from replay.cache import SnapshotCache
+from replay.cache import CacheStats, Pin, PruneReport, SnapshotCache, days_to_keep
 from replay.diff import WorldDiff, diff_worlds
 from replay.errors import IntegrityError
 from replay.files import chmod_tree, copy_tree, remove_tree
@@ -25,7 +26,7 @@ from replay.report import DayResult, Problem, Progress, VerifyReport
 from replay.verify import verify_persona
 from worldstore.errors import ConflictError, DayOrderError, InputError, NotFoundError, WorldError
 from worldstore.events import GENESIS, StoredEvent, blob_of, make_event
-from worldstore.interchange import DayBatch, export_line, read_days, to_payload
+from worldstore.interchange import MAX_INT, DayBatch, export_line, read_days, to_payload
 from worldstore.names import ts_key
 from worldstore.open import default_cache_dir, open_event_store
 from worldstore.store import DayRecord, EventStore, NewDay, WorldStore
@@ -51,14 +52,16 @@ class Worlds:
         self.cache = cache
         # Lookups behind mount(), made once per Worlds (see _mountable).
         self._records: dict[str, DayRecord] = {}
-        self._mounts: dict[str, tuple[Path, Manifest, list[tuple[str, Path]]]] = {}
+        self._mounts: dict[str, tuple[Manifest, list[tuple[str, Path]]]] = {}
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], cache: str | os.PathLike[str] | None = None,
-             *, create: bool = True) -> Worlds:
+             *, create: bool = True, cache_max_bytes: int | None = None) -> Worlds:
+        """`cache_max_bytes` caps the snapshot cache (None: env ``WORLDCTL_CACHE_MAX``, else
+        10 GiB or a quarter of its file system, see ``replay.cache``)."""
         store = open_event_store(location, create=create)
         cache_root = Path(cache) if cache is not None else default_cache_dir(location)
-        snapshot_cache = SnapshotCache(cache_root)
+        snapshot_cache = SnapshotCache(cache_root, cache_max_bytes)
         snapshot_cache.clean_tmp()
         return cls(store, snapshot_cache)
 
@@ -196,9 +199,12 @@ class Worlds:
                     blobs.update(plan.blobs)
                     lines.update(plan.lines)
                 events = (e for plan in todo for e in plan.events)
+                # Not every day: the recent ones and checkpoints (the rest rebuild from them).
+                keep = days_to_keep([(p.batch.day, len(p.events)) for p in todo], set())
                 for day in build_days(root, events, _blob_source(blobs, self.store),
                                       lines=lines, source=todo[0].batch.source):
-                    self.cache.put(root, day.world_hash, day.manifest)
+                    if day.day in keep:
+                        self.cache.put(root, day.world_hash, day.manifest)
                     built[(persona, day.day)] = day
                     if progress:
                         progress(DayResult(persona, day.day, day.n_events, day.world_hash,
@@ -220,7 +226,8 @@ class Worlds:
                 f"persona {persona!r} changed while this import was being prepared (another "
                 "writer appended to it); nothing was written; run the import again"
             )
-        copy_tree(self.snapshot(persona, last.last_day), root)
+        with self.pinned(persona, last.last_day) as world:
+            copy_tree(world, root)
 
     # --- resolving and materializing -----------------------------------------------
 
@@ -235,6 +242,9 @@ class Worlds:
         if not m:
             raise InputError(f"bad world reference {ref!r}: use persona@day, persona, or a hash")
         persona, day_text = m.group("persona"), m.group("day")
+        if day_text is not None and not _fits_64_bits(day_text):
+            raise InputError(f"bad world reference {ref[:60]!r}: day {day_text[:40]} does not "
+                             f"fit 64 bits (days go up to {MAX_INT})")
         records = self.store.days(persona)
         if not records:
             raise NotFoundError(f"no persona {persona!r} in the store {self.store.url}")
@@ -256,25 +266,42 @@ class Worlds:
         return record
 
     def snapshot(self, persona: str, day: int) -> Path:
-        """The cached, read-only world of persona@day, rebuilt from the log if missing."""
-        record = self.store.day(persona, day)
-        cached = self.cache.get(record.world_hash)
-        if cached is not None:
-            return cached
+        """The cached, read-only world of persona@day, rebuilt from the log if missing.
+
+        Not pinned: a cache over its cap may evict it once it is the least recently used.
+        To read it for a while, hold ``pinned``."""
+        with self.pinned(persona, day) as world:
+            return world
+
+    @contextmanager
+    def pinned(self, persona: str, day: int) -> Iterator[Path]:
+        """The cached world of persona@day (rebuilt if missing), never evicted while the
+        ``with`` block runs, by this process or any other."""
+        pin = self._pin_record(self.store.day(persona, day))
+        try:
+            yield pin.world
+        finally:
+            pin.release()
+
+    def _pin_record(self, record: DayRecord) -> Pin:
+        pin = self.cache.pin(record.world_hash)
+        return pin if pin is not None else self._rebuild(record)
+
+    def _rebuild(self, record: DayRecord) -> Pin:
+        """Replay persona@day from the nearest cached day before it (or from nothing),
+        keep it and the checkpoints on the way (``days_to_keep``), and return it pinned."""
+        persona, day = record.persona, record.day
         records = [r for r in self.store.days(persona) if r.day <= day]
-        base = next((r for r in reversed(records[:-1]) if self.cache.get(r.world_hash)), None)
         scratch = self.cache.scratch()
         try:
             root = scratch / "world"
-            if base is None:
-                root.mkdir()
-            else:
-                cached_base = self.cache.get(base.world_hash)
-                assert cached_base is not None
-                copy_tree(cached_base, root)
+            base = self._copy_nearest_cached(records[:-1], root)
             first = base.last_seq + 1 if base else 0
             expected = {r.day: r for r in records}
+            keep = days_to_keep([(r.day, r.last_seq - r.first_seq + 1) for r in records
+                                 if r.last_seq >= first], {day}, recent=0)
             events = self.store.events(persona, first, record.last_seq)
+            pin: Pin | None = None
             for built in build_days(root, events, self.store.blob):
                 want = expected[built.day]
                 if built.world_hash != want.world_hash:
@@ -283,12 +310,29 @@ class Worlds:
                         f"the store recorded {want.world_hash}; run `worldctl verify` to "
                         "find the first divergent event"
                     )
-                self.cache.put(root, built.world_hash, built.manifest)
+                if built.day == day:
+                    pin = self.cache.put_pinned(root, built.world_hash, built.manifest)
+                elif built.day in keep:
+                    self.cache.put(root, built.world_hash, built.manifest)
         finally:
             remove_tree(scratch)
-        result = self.cache.get(record.world_hash)
-        assert result is not None
-        return result
+        assert pin is not None
+        return pin
+
+    def _copy_nearest_cached(self, earlier: list[DayRecord], root: Path) -> DayRecord | None:
+        """Copy the latest of `earlier` days that is cached to `root` (pinned while it is
+        copied); an empty world if none is. Returns the day copied."""
+        for candidate in reversed(earlier):
+            if self.cache.get(candidate.world_hash) is None:
+                continue
+            pin = self.cache.pin(candidate.world_hash)
+            if pin is None:
+                continue  # evicted since we looked
+            with pin:
+                copy_tree(pin.world, root)
+            return candidate
+        root.mkdir()
+        return None
 
     def manifest(self, record: DayRecord) -> Manifest:
         return decode_manifest(record.manifest)
@@ -303,7 +347,8 @@ class Worlds:
         if dest.exists() and any(dest.iterdir()):
             raise WorldError(f"{dest}: checkout target exists and is not empty")
         for attempt in range(2):
-            copy_tree(self.snapshot(record.persona, record.day), dest)
+            with self.pinned(record.persona, record.day) as world:
+                copy_tree(world, dest)
             chmod_tree(dest, files=0o644)
             if world_manifest(dest).world_hash() == record.world_hash:
                 return record
@@ -320,31 +365,42 @@ class Worlds:
             dest = self.cache.scratch()
         elif dest.exists() and any(dest.iterdir()):
             raise WorldError(f"{dest}: mount target exists and is not empty")
-        record, snapshot, manifest, files = self._mountable(ref)
+        record, pin, manifest, files = self._mountable(ref)
         try:
-            return Mount(snapshot, record.world_hash, manifest, dest, files, lazy=lazy)
-        except FileNotFoundError:
-            # The cache entry was dropped (by verify, say) since we looked it up: look again.
-            self._mounts.pop(record.world_hash, None)
-            remove_tree(dest)
-            record, snapshot, manifest, files = self._mountable(ref)
-            return Mount(snapshot, record.world_hash, manifest, dest, files, lazy=lazy)
+            try:
+                return Mount(pin.world, record.world_hash, manifest, dest, files, lazy=lazy,
+                             pin=pin)
+            except FileNotFoundError:
+                # The cache entry was dropped as damaged (by verify, say), pinned or not,
+                # since we looked it up: look again.
+                pin.release()
+                self._mounts.pop(record.world_hash, None)
+                remove_tree(dest)
+                record, pin, manifest, files = self._mountable(ref)
+                return Mount(pin.world, record.world_hash, manifest, dest, files, lazy=lazy,
+                             pin=pin)
+        except BaseException:
+            pin.release()
+            raise
 
-    def _mountable(self, ref: str) -> tuple[DayRecord, Path, Manifest, list[tuple[str, Path]]]:
-        """What a mount of `ref` copies from, looked up once per Worlds: persona-days never
-        change once stored, and mounts are frequent."""
+    def _mountable(self, ref: str) -> tuple[DayRecord, Pin, Manifest, list[tuple[str, Path]]]:
+        """The pinned snapshot a mount of `ref` copies from (the mount releases the pin on
+        close), with what is looked up once per Worlds: persona-days never change once
+        stored, mounts are frequent, and an entry rebuilt after eviction has the same
+        files at the same paths."""
         record = self.record(ref)
+        pin = self._pin_record(record)
         found = self._mounts.get(record.world_hash)
         if found is None:
-            snapshot = self.snapshot(record.persona, record.day)
             # Like checkout, never hand out a cache entry modified on disk: re-hash it once
             # and rebuild it from the log if it is bad.
             if self.cache.check(record.world_hash):
+                pin.release()
                 self.cache.evict(record.world_hash)
-                snapshot = self.snapshot(record.persona, record.day)
-            found = (snapshot, self.manifest(record), snapshot_files(snapshot))
+                pin = self._pin_record(record)
+            found = (self.manifest(record), snapshot_files(pin.world))
             self._mounts[record.world_hash] = found
-        return (record, *found)
+        return (record, pin, *found)
 
     # --- replay, verify, diff, export -----------------------------------------------
 
@@ -358,10 +414,12 @@ class Worlds:
         try:
             root = scratch / "world"
             root.mkdir()
+            keep = days_to_keep([(r.day, r.last_seq - r.first_seq + 1)
+                                 for r in records.values()], set())
             for built in build_days(root, self.store.events(persona), self.store.blob):
                 recorded = records[built.day].world_hash
                 status = "replayed" if built.world_hash == recorded else "mismatch"
-                if status == "replayed":
+                if status == "replayed" and built.day in keep:
                     self.cache.put(root, built.world_hash, built.manifest)
                 result = DayResult(persona, built.day, built.n_events, built.world_hash,
                                    built.seconds, status, recorded)
@@ -389,13 +447,33 @@ class Worlds:
     def diff(self, a: str | Path, b: str | Path) -> WorldDiff:
         """Changes from world `a` to world `b`; each is a reference or (a Path) a world
         directory, such as a checkout edited by hand."""
-        return diff_worlds(*self._world_at(a), *self._world_at(b))
+        with ExitStack() as pins:
+            return diff_worlds(*self._world_at(a, pins), *self._world_at(b, pins))
 
-    def _world_at(self, side: str | Path) -> tuple[Path, Manifest]:
+    def _world_at(self, side: str | Path, pins: ExitStack) -> tuple[Path, Manifest]:
         if isinstance(side, Path):
             return side, world_manifest(side)
         record = self.resolve(side)
-        return self.snapshot(record.persona, record.day), self.manifest(record)
+        return pins.enter_context(self.pinned(record.persona, record.day)), self.manifest(record)
+
+    # --- the snapshot cache ---------------------------------------------------------
+
+    def cache_stats(self) -> tuple[CacheStats, dict[str, list[str]]]:
+        """The cache's entries, and the persona-days (``persona@day``) each entry's world
+        hash is, by hash (a world no stored day has, say a pack's scratch, names none)."""
+        return self.cache.stats(), self._days_by_hash()
+
+    def cache_prune(self, max_bytes: int | None = None) -> PruneReport:
+        """Evict least recently used snapshots until the cache holds at most `max_bytes`
+        (default: its cap); snapshots an open instance uses stay."""
+        return self.cache.prune(max_bytes)
+
+    def _days_by_hash(self) -> dict[str, list[str]]:
+        days: dict[str, list[str]] = {}
+        for summary in self.store.personas():
+            for r in self.store.days(summary.persona):
+                days.setdefault(r.world_hash, []).append(f"{r.persona}@{r.day}")
+        return days
 
     def export(self, ref: str, out: IO[bytes], *, through_day: int | None = None) -> int:
         """Write the log of `ref`'s persona through `ref`'s day (a bare persona: its last
@@ -416,6 +494,11 @@ class Worlds:
             out.write(export_line(persona, event.day, event.ts, payload, data))
             count += 1
         return count
+
+
+def _fits_64_bits(digits: str) -> bool:
+    # (length first: int() refuses a text of more than 4,300 digits with a ValueError)
+    return len(digits) <= 20 and -MAX_INT - 1 <= int(digits) <= MAX_INT
 
 
 def ref_is_stable(ref: str) -> bool:

@@ -1,4 +1,9 @@
-"""Folding stored events into worlds, day by day."""
+"""Folding stored events into worlds, day by day.
+
+Each day ends with its commit and its manifest. The manifest re-hashes only what the day
+wrote (``replay.rehash``: the builder records the tables, files and app pins it touched),
+and equals a full re-hash of the world, so the world hash does not depend on history.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from pathlib import Path
 
 from replay.apply import BlobSource, WorldBuilder
 from replay.errors import ApplyError, EventFailed
-from replay.hashing import Manifest, world_manifest
+from replay.hashing import Manifest
+from replay.rehash import DayHasher
 from worldstore.events import StoredEvent
 
 
@@ -34,6 +40,7 @@ def build_days(
     import error can name the line of the file.
     """
     builder = WorldBuilder(root, blobs)
+    hasher = DayHasher(root, builder.idle_connection)
     current: int | None = None
     count = index = 0
     persona = ""
@@ -41,7 +48,7 @@ def build_days(
     try:
         for event in events:
             if current is not None and event.day != current:
-                yield _finish(builder, root, persona, current, count, started)
+                yield _finish(builder, hasher, persona, current, count, started)
                 count = index = 0
                 started = time.perf_counter()
             current, persona = event.day, event.persona
@@ -55,14 +62,14 @@ def build_days(
             count += 1
             index += 1
         if current is not None:
-            yield _finish(builder, root, persona, current, count, started)
+            yield _finish(builder, hasher, persona, current, count, started)
     finally:
         builder.abort()
 
 
-def _finish(builder: WorldBuilder, root: Path, persona: str, day: int, count: int,
+def _finish(builder: WorldBuilder, hasher: DayHasher, persona: str, day: int, count: int,
             started: float) -> BuiltDay:
     builder.commit()
-    manifest = world_manifest(root)
+    manifest = hasher.manifest(builder.take_changes())
     return BuiltDay(persona, day, count, manifest, manifest.world_hash(),
                     time.perf_counter() - started)

@@ -25,6 +25,7 @@ import msgspec
 import xxhash
 
 from replay.errors import WorldDirError
+from replay.files import SPECIAL_KINDS, SYMLINK, kind_of, read_chunks
 from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
 from worldstore.canonical import canonical_bytes, digest, digest_of
@@ -150,36 +151,63 @@ def service_manifest(path: Path) -> ServiceManifest:
 
 def _service_manifest(path: Path) -> ServiceManifest:
     with open_readonly(path) as conn:
-        user_version = int(_scalar(conn, "PRAGMA user_version"))
-        application_id = int(_scalar(conn, "PRAGMA application_id"))
-        schema = [
-            (t, n, tb, sql)
-            for t, n, tb, sql in conn.execute(
-                "SELECT type, name, tbl_name, sql FROM sqlite_schema "
-                "WHERE name NOT LIKE 'sqlite_autoindex_%' ORDER BY type, name"
-            )
-        ]
-        tables = {}
-        for info in table_infos(conn):
-            try:
-                tables[info.name] = table_digest(conn, info)
-            except apsw.SQLError:
-                if info.kind != "virtual":
-                    raise
-                # Contentless virtual tables cannot be read back; their schema is hashed.
+        user_version, application_id, schema = service_header(conn)
+        tables = table_digests(conn, table_infos(conn))
     return ServiceManifest(user_version, application_id, schema, tables)
 
 
+Schema = list[tuple[str, str, str, str | None]]
+
+
+def service_header(conn: apsw.Connection) -> tuple[int, int, Schema]:
+    """``user_version``, ``application_id`` and the schema entries of a database."""
+    user_version = int(_scalar(conn, "PRAGMA user_version"))
+    application_id = int(_scalar(conn, "PRAGMA application_id"))
+    schema = [
+        (t, n, tb, sql)
+        for t, n, tb, sql in conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_schema "
+            "WHERE name NOT LIKE 'sqlite_autoindex_%' ORDER BY type, name"
+        )
+    ]
+    return user_version, application_id, schema
+
+
+def table_digests(conn: apsw.Connection, infos: list[TableInfo],
+                  keep: dict[str, TableDigest] | None = None) -> dict[str, TableDigest]:
+    """The digest of every table in `infos`, taken from `keep` where it has one (the
+    caller vouches that those tables are unchanged)."""
+    tables = {}
+    for info in infos:
+        kept = None if keep is None else keep.get(info.name)
+        if kept is not None:
+            tables[info.name] = kept
+            continue
+        try:
+            tables[info.name] = table_digest(conn, info)
+        except apsw.SQLError:
+            if info.kind != "virtual":
+                raise
+            # Contentless virtual tables cannot be read back; their schema is hashed.
+    return tables
+
+
 def file_digest(path: Path) -> FileDigest:
-    if path.is_symlink():
+    """A file's digest, read without trusting it: a symlink is recorded by its target
+    (never followed); a special file (FIFO, socket, device) by its kind as the digest
+    (never opened; no content digest is a kind name); a regular file is streamed."""
+    st = os.lstat(path)
+    kind = kind_of(st.st_mode)
+    if kind == SYMLINK:
         target = os.readlink(path)
-        return FileDigest(size=0, digest=digest(target.encode()), link=target)
+        return FileDigest(size=0, digest=digest(os.fsencode(target)), link=target)
+    if kind in SPECIAL_KINDS:
+        return FileDigest(size=0, digest=kind)
     h = xxhash.xxh3_128()
     size = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(FILE_CHUNK):
-            size += len(block)
-            h.update(block)
+    for block in read_chunks(path, FILE_CHUNK, st):
+        size += len(block)
+        h.update(block)
     return FileDigest(size=size, digest=h.hexdigest())
 
 

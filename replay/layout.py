@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from replay.errors import WorldDirError
+from replay.files import DIR, MAX_DEPTH, walk
 from worldstore.errors import PathError
 from worldstore.names import check_relpath, is_service
 
@@ -37,7 +38,8 @@ def list_services(root: Path) -> list[str]:
         if entry.endswith(SIDECARS):
             continue
         name = entry[: -len(DB_SUFFIX)] if entry.endswith(DB_SUFFIX) else ""
-        if not is_service(name) or not (folder / entry).is_file():
+        # lstat: a symlink or a FIFO named like a database is refused, never opened.
+        if not is_service(name) or not stat.S_ISREG(os.lstat(folder / entry).st_mode):
             raise WorldDirError(f"{folder / entry}: not a service database (<service>.sqlite)")
         names.append(name)
     return names
@@ -79,23 +81,19 @@ def workspace_path(root: Path, relpath: str) -> Path:
 def iter_apps(root: Path) -> list[tuple[str, Path]]:
     """(file name, path) of the app pin files of a world, sorted."""
     folder = root / APPS
-    if not folder.is_dir():
-        return []
-    return [(name, folder / name) for name in sorted(os.listdir(folder))]
+    found = []
+    for entry in walk(folder, max_depth=1):  # lstat-only, like the workspace
+        if entry.kind == DIR:
+            raise WorldDirError(f"{entry.path}: a directory; {APPS}/ holds only pin files")
+        found.append((entry.rel, entry.path))
+    return found
 
 
-def iter_workspace(root: Path) -> list[tuple[str, Path]]:
-    """(relative path, absolute path) of every file and symlink, sorted by relative path."""
-    base = root / WORKSPACE
-    found: list[tuple[str, Path]] = []
-    if not base.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        here = Path(dirpath)
-        rel_dir = here.relative_to(base).as_posix()
-        for name in filenames + [d for d in dirnames if (here / d).is_symlink()]:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            found.append((rel, here / name))
+def iter_workspace(root: Path, *, max_depth: int = MAX_DEPTH) -> list[tuple[str, Path]]:
+    """(relative path, absolute path) of every entry of the workspace but a directory
+    (files, symlinks and special files), sorted by relative path. Never follows a symlink;
+    a tree deeper than `max_depth` raises WorldDirError."""
+    found = [(e.rel, e.path) for e in walk(root / WORKSPACE, max_depth=max_depth)
+             if e.kind != DIR]
     found.sort(key=lambda item: item[0].encode("utf-8", "surrogateescape"))
     return found

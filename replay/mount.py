@@ -15,8 +15,9 @@ from pathlib import Path
 
 import apsw
 
+from replay.cache import Pin
 from replay.diff import WorldDiff, diff_worlds
-from replay.files import copy_file, remove_tree
+from replay.files import DIR, Entry, copy_file, remove_tree, walk
 from replay.hashing import Manifest, world_manifest
 from replay.layout import DB_SUFFIX, SERVICES, WORKSPACE, service_db
 
@@ -27,8 +28,11 @@ class Mount:
     """A writable instance of one snapshot. Close it (or use ``with``) to delete it."""
 
     def __init__(self, snapshot: Path, world_hash: str, manifest: Manifest, path: Path,
-                 files: list[tuple[str, Path]] | None = None, *, lazy: bool = False) -> None:
+                 files: list[tuple[str, Path]] | None = None, *, lazy: bool = False,
+                 pin: Pin | None = None) -> None:
         """`files` is the snapshot's file list (``snapshot_files``), when the caller has it.
+        `pin` holds the snapshot in the cache (no eviction while the instance is open); the
+        mount releases it on close.
 
         A `lazy` mount copies nothing up front: each part of the world — one service
         database, or the rest (workspace, apps) — is copied on first use through
@@ -46,6 +50,7 @@ class Mount:
         self._parts: dict[str, list[tuple[str, Path]]] | None = None
         self._present: set[str] = set()
         self._closed = False
+        self._pin = pin
         self._copy_all()
 
     # --- layout ---------------------------------------------------------------------
@@ -104,20 +109,30 @@ class Mount:
                 self._copy_one(rel, src, dst)
 
     def _drop_changed(self, wanted: dict[str, Path]) -> None:
-        """One bottom-up walk: remove every file that is not an untouched snapshot copy,
-        then every directory that is left empty (but the world's own two)."""
-        keep = {str(self.path), str(self.path / SERVICES), str(self.path / WORKSPACE)}
-        for dirpath, dirnames, filenames in os.walk(self.path, topdown=False):
-            rel_dir = os.path.relpath(dirpath, self.path)
-            links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
-            for name in filenames + links:
-                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-                path = Path(dirpath, name)
-                stamp = self._stamps.get(rel)
-                if stamp is None or rel not in wanted or _stamp(path) != stamp:
-                    path.unlink()
-            if dirpath not in keep and not os.listdir(dirpath):
-                os.rmdir(dirpath)
+        """One walk: remove every file that is not an untouched snapshot copy, every
+        directory no wanted file lies in (whole, without entering it: the agent may have
+        made it any depth), then every directory left empty (but the world's own)."""
+        keep = {"", SERVICES, WORKSPACE}
+        wanted_dirs = keep | {rel.rsplit("/", i)[0] for rel in wanted
+                              for i in range(1, rel.count("/") + 1)}
+        entered: list[Entry] = []
+
+        def enter(entry: Entry) -> bool:
+            if entry.rel in wanted_dirs:
+                entered.append(entry)
+                return True
+            remove_tree(entry.path)
+            return False
+
+        for entry in walk(self.path, descend=enter):
+            if entry.kind == DIR:
+                continue
+            stamp = self._stamps.get(entry.rel)
+            if stamp is None or entry.rel not in wanted or _stamp_of(entry.stat) != stamp:
+                os.unlink(entry.path)
+        for entry in reversed(entered):  # deepest first
+            if entry.rel not in keep and not os.listdir(entry.path):
+                os.rmdir(entry.path)
 
     def hash(self) -> str:
         self._check_open()
@@ -136,7 +151,11 @@ class Mount:
         """Delete the instance. Safe to call twice."""
         if not self._closed:
             self._closed = True
-            remove_tree(self.path)
+            try:
+                remove_tree(self.path)
+            finally:
+                if self._pin is not None:
+                    self._pin.release()  # the snapshot may be evicted from now on
 
     def __enter__(self) -> Mount:
         return self
@@ -245,7 +264,10 @@ def _recover_journals(root: Path) -> None:
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:
-    st = os.lstat(path)
+    return _stamp_of(os.lstat(path))
+
+
+def _stamp_of(st: os.stat_result) -> tuple[int, int, int]:
     if st.st_mtime_ns != _SENTINEL_NS:
         return (-1, -1, -1)
     return (st.st_ino, st.st_size, st.st_ctime_ns)
@@ -257,10 +279,4 @@ def snapshot_files(root: Path) -> list[tuple[str, Path]]:
 
 
 def _walk(root: Path) -> list[tuple[str, Path]]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        for name in filenames + [d for d in dirnames if (here / d).is_symlink()]:
-            path = here / name
-            found.append((path.relative_to(root).as_posix(), path))
-    return found
+    return [(e.rel, e.path) for e in walk(root) if e.kind != DIR]

@@ -11,14 +11,26 @@ project, so replay and hashing run the same SQL engine on every machine.
 * Guards: an authorizer refuses ATTACH/DETACH, transaction control, and pragmas other
   than ``user_version`` / ``application_id`` (reading schema pragmas is allowed); the
   reason is kept so the error can say why.
+* Determinism: an event must give the same world whatever the host's time zone, however
+  the log was split into imports, whether its day was rebuilt from a cached snapshot,
+  and on any machine. So SQL functions are allow-listed (no connection counters, build
+  facts, file offsets, pointers or libm-dependent math); ``date()`` and friends refuse
+  the ``localtime`` / ``utc`` modifiers; the TEMP schema is refused (it would outlive a
+  day inside one import only); virtual table modules are allow-listed (the eponymous
+  ``dbstat`` and ``carray`` are dropped); and no row may take rowid 2^63-1, beyond which
+  SQLite picks rowids at random. The builder resets ``last_insert_rowid()`` every day.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
+import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import xxhash
@@ -27,10 +39,86 @@ FROZEN_VFS = "agentworlds-frozen"
 _JULIAN_EPOCH_MS = 210866760000000  # Unix epoch as Julian-day milliseconds
 _DEFAULT_MS = 946684800000  # 2000-01-01T00:00:00Z, used when nothing was frozen
 _ALLOWED_PRAGMAS = frozenset({"user_version", "application_id"})
+# Pragmas an event may read (statement or table-valued function): each answers from the
+# world's own schema. Not database_list (the host path of the scratch file), nor the
+# function, collation, module or compile-option lists (what this build and connection
+# registered). page_size is pinned by the builder, and rtree reads it to size its nodes.
 _READ_PRAGMAS = frozenset({
     "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-    "foreign_key_list", "database_list", "collation_list", "function_list",
+    "foreign_key_list",
 })
+# Readable, never set. fts5 reads data_version on every query; it moves only when another
+# connection commits, and nothing else writes a world while it is built.
+_READ_ONLY_PRAGMAS = frozenset({"page_size", "data_version"})
+
+# SQL functions an event may call: an allow-list, so that a function this project has not
+# looked at is refused rather than trusted. Each result depends only on its arguments,
+# the world, the frozen clock or the event's seed (random/randomblob are replaced below;
+# the date functions are wrapped to refuse the host's time zone).
+_ALLOWED_FUNCTIONS = frozenset({
+    # core scalars
+    "abs", "char", "coalesce", "concat", "concat_ws", "format", "glob", "hex", "if", "ifnull",
+    "iif", "instr", "length", "like", "likelihood", "likely", "lower", "ltrim", "max", "min",
+    "nullif", "octet_length", "printf", "quote", "random", "randomblob", "replace", "round",
+    "rtrim", "sign", "substr", "substring", "trim", "typeof", "unhex", "unicode", "unistr",
+    "unistr_quote", "unlikely", "upper", "zeroblob", "subtype",
+    # the builder resets it at the start of every day, so it names only that day's rows
+    "last_insert_rowid",
+    # exact math (IEEE-exact or integer; see _REFUSED_FUNCTIONS for the rest)
+    "ceil", "ceiling", "floor", "trunc", "mod", "pi", "sqrt", "degrees", "radians",
+    # date and time (frozen clock)
+    "date", "time", "datetime", "julianday", "unixepoch", "strftime", "timediff",
+    "current_date", "current_time", "current_timestamp",
+    # aggregates and window functions
+    "avg", "count", "group_concat", "string_agg", "sum", "total", "median", "percentile",
+    "percentile_cont", "percentile_disc", "row_number", "rank", "dense_rank", "percent_rank",
+    "cume_dist", "ntile", "lag", "lead", "first_value", "last_value", "nth_value",
+    # JSON
+    "json", "jsonb", "json_array", "jsonb_array", "json_array_insert", "jsonb_array_insert",
+    "json_array_length", "json_error_position", "json_extract", "jsonb_extract",
+    "json_group_array", "jsonb_group_array", "json_group_object", "jsonb_group_object",
+    "json_insert", "jsonb_insert", "json_object", "jsonb_object", "json_patch", "jsonb_patch",
+    "json_pretty", "json_quote", "json_remove", "jsonb_remove", "json_replace",
+    "jsonb_replace", "json_set", "jsonb_set", "json_type", "json_valid", "->", "->>",
+    # full-text search and r-tree helpers (answers from the index's content)
+    "match", "snippet", "highlight", "offsets", "matchinfo", "fts5", "fts5_locale",
+    "fts5_get_locale", "fts5_insttoken", "optimize",
+    "geopoly_area", "geopoly_bbox", "geopoly_blob", "geopoly_ccw", "geopoly_contains_point",
+    "geopoly_group_bbox", "geopoly_json", "geopoly_overlap", "geopoly_svg", "geopoly_within",
+    "geopoly_xform",
+    # SQLite's own helpers for ALTER TABLE (internal: user SQL cannot call them, the schema
+    # rewrite they do is a pure function of the schema text)
+    "sqlite_rename_table", "sqlite_rename_column", "sqlite_rename_test",
+    "sqlite_rename_quotefix", "sqlite_drop_column",
+})
+_LIBM = "its last bits depend on the machine's C math library"
+_BUILD = "it reports how this SQLite was built, not the world"
+_COUNTER = ("it counts rows changed by earlier statements on the connection, which depends "
+            "on how the log was split into imports")
+_REFUSED_FUNCTIONS = {
+    **dict.fromkeys(("acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cos", "cosh",
+                     "exp", "ln", "log", "log10", "log2", "pow", "power", "sin", "sinh", "tan",
+                     "tanh", "geopoly_regular", "bm25"), _LIBM),
+    **dict.fromkeys(("sqlite_version", "sqlite_source_id", "sqlite_compileoption_get",
+                     "sqlite_compileoption_used", "fts5_source_id"), _BUILD),
+    "changes": _COUNTER,
+    "total_changes": _COUNTER,
+    "sqlite_offset": "it reports where a row lies in the file, not what the row holds",
+    "fts3_tokenizer": "it reads and writes tokenizer pointers (host memory addresses)",
+    "load_extension": "it loads host code",
+}
+# Virtual table modules an event may create; the rest are dropped from event connections
+# or refused with the reason given.
+_ALLOWED_MODULES = frozenset({"fts3", "fts4", "fts5", "fts5vocab", "fts4aux", "fts3tokenize",
+                              "rtree", "rtree_i32", "geopoly", "json_each", "json_tree"})
+_REFUSED_MODULES = {
+    "dbstat": "it reports the file's page layout, which depends on how the file was written",
+    "carray": "it reads host memory through a bound pointer",
+    "sqlite_dbpage": "it exposes the file's raw pages",
+}
+_MAX_ROWID = (1 << 63) - 1
+_TEMP = ("the TEMP schema is not allowed: it lives only as long as one import's connection, "
+         "so a day rebuilt from a cached snapshot would not have it")
 
 
 class _ThreadClock(threading.local):
@@ -38,6 +126,8 @@ class _ThreadClock(threading.local):
     seed: bytes = b""
     counter: int = 0
     denied: str | None = None
+    ticks: int = 0  # progress-handler calls since freeze: the event's VM instructions / 1000
+    altering: bool = False  # the event's statement is an ALTER TABLE
 
 
 _STATE = _ThreadClock()
@@ -71,6 +161,8 @@ def freeze(millis: int, seed: str) -> None:
     _STATE.seed = seed.encode()
     _STATE.counter = 0
     _STATE.denied = None
+    _STATE.ticks = 0
+    _STATE.altering = False
 
 
 def _next_block() -> bytes:
@@ -83,11 +175,80 @@ def _random() -> int:
 
 
 def _randomblob(n: object) -> bytes:
-    size = max(1, int(n)) if isinstance(n, int | float) else 1
+    size = _blob_size(n)
+    if size > MAX_VALUE_BYTES:
+        reason = (f"randomblob({n}) asks for more than {MAX_VALUE_BYTES} bytes, the length "
+                  "limit of a value in an event")
+        _STATE.denied = _STATE.denied or reason
+        raise apsw.TooBigError(reason)
+    # The same bytes as drawing block after block (xxh3-128 of seed + counter, 16 bytes
+    # each, joined, cut to size), hashed a chunk of counters at a time in C-level loops.
+    first = _STATE.counter + 1
+    last = _STATE.counter + -(-size // _BLOCK)
+    _STATE.counter = last
+    block = functools.partial(struct.Struct(f"<{len(_STATE.seed)}sQ").pack, _STATE.seed)
     out = bytearray()
-    while len(out) < size:
-        out += _next_block()
-    return bytes(out[:size])
+    for start in range(first, last + 1, _CHUNK_BLOCKS):
+        stop = min(start + _CHUNK_BLOCKS, last + 1)
+        out += b"".join(map(xxhash.xxh3_128_digest, map(block, range(start, stop))))
+    del out[size:]
+    return bytes(out)
+
+
+def _blob_size(n: object) -> int:
+    """randomblob's length as this project has always read its argument: an integer, or
+    a real cut toward zero, at least 1; any other value asks for 1 byte."""
+    if isinstance(n, float):
+        if math.isnan(n):
+            return 1
+        return MAX_VALUE_BYTES + 1 if math.isinf(n) and n > 0 else max(1, int(max(n, 0.0)))
+    return max(1, n) if isinstance(n, int) else 1
+
+
+_BLOCK = 16  # bytes of one xxh3-128 digest
+_CHUNK_BLOCKS = 4096  # 64 KiB of output per join: large enough for speed, small for memory
+
+# --- bounds: what one event's statement may cost ------------------------------------
+#
+# * Work: a budget of SQLite VM instructions, counted by the progress handler (SQLite
+#   calls it every PROGRESS_INTERVAL instructions of the statement running). Counting
+#   instructions, not seconds, refuses the same statement on every machine, loaded or
+#   not; the budget starts afresh with each event (``freeze``).
+# * Size of a value: SQLITE_LIMIT_LENGTH (strings, blobs, rows), randomblob included.
+# * Memory: SQLite's heap (the whole process's apsw SQLite): above the soft limit SQLite
+#   recycles cache pages rather than grow; past the hard limit allocations fail. A last
+#   resort against a statement that holds many large values at once; it depends on what
+#   else the process holds, the two limits above do not.
+MAX_VM_STEPS = 100_000_000
+PROGRESS_INTERVAL = 1000
+MAX_VALUE_BYTES = 64 * 1024 * 1024
+SOFT_HEAP_BYTES = 1024 * 1024 * 1024
+HARD_HEAP_BYTES = 2 * 1024 * 1024 * 1024
+_MAX_TICKS = MAX_VM_STEPS // PROGRESS_INTERVAL
+_OVER_BUDGET = (f"the statement ran past its budget of {MAX_VM_STEPS:,} SQLite VM "
+                "instructions (a runaway query: an endless recursive CTE, a huge join?)")
+_HEAP_LOCK = threading.Lock()
+_heap_limited = False
+
+
+def _progress() -> bool:
+    state = _STATE
+    state.ticks += 1
+    if state.ticks < _MAX_TICKS:
+        return False
+    state.denied = state.denied or _OVER_BUDGET
+    return True  # SQLite stops the statement: SQLITE_INTERRUPT
+
+
+def _install_bounds(conn: apsw.Connection) -> None:
+    global _heap_limited
+    with _HEAP_LOCK:
+        if not _heap_limited:
+            apsw.soft_heap_limit(SOFT_HEAP_BYTES)
+            apsw.hard_heap_limit(HARD_HEAP_BYTES)
+            _heap_limited = True
+    conn.limit(apsw.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.set_progress_handler(_progress, PROGRESS_INTERVAL)
 
 
 def take_denial() -> str | None:
@@ -97,22 +258,152 @@ def take_denial() -> str | None:
 
 def _authorizer(op: int, p1: str | None, p2: str | None, db: str | None,
                 trigger: str | None) -> int:
-    reason = None
-    if op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
-        reason = "ATTACH/DETACH is not allowed: an event writes only its own service"
-    elif op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
-        reason = "transaction control is not allowed: a persona-day is one transaction"
-    elif op == apsw.SQLITE_PRAGMA:
-        name = (p1 or "").lower()
-        if name in _ALLOWED_PRAGMAS or name in _READ_PRAGMAS:  # the latter only read
-            return apsw.SQLITE_OK
-        reason = f"PRAGMA {p1} is not allowed (only user_version and application_id)"
-    elif op == apsw.SQLITE_FUNCTION and (p2 or "").lower() == "load_extension":
-        reason = "load_extension() is not allowed"
+    reason = _refusal(op, p1, p2, db)
     if reason is None:
         return apsw.SQLITE_OK
     _STATE.denied = reason
     return apsw.SQLITE_DENY
+
+
+def _refusal(op: int, p1: str | None, p2: str | None, db: str | None) -> str | None:
+    """Why an event may not do this, or None. Called by SQLite while it compiles."""
+    if op == apsw.SQLITE_ALTER_TABLE:
+        _STATE.altering = True  # an event is one statement: this one, until the next freeze
+    elif _STATE.altering and db == "temp" and (p1 or "").lower() in _TEMP_SCHEMA_TABLES \
+            and op in (apsw.SQLITE_READ, apsw.SQLITE_UPDATE):
+        # ALTER TABLE ... RENAME rewrites the TEMP schema as well as the main one; nothing
+        # can be in it (every CREATE TEMP is refused), so that rewrite changes nothing.
+        return None
+    if db == "temp" or op in _TEMP_OPS:
+        return _TEMP
+    if op in (apsw.SQLITE_ATTACH, apsw.SQLITE_DETACH):
+        return "ATTACH/DETACH is not allowed: an event writes only its own service"
+    if op in (apsw.SQLITE_TRANSACTION, apsw.SQLITE_SAVEPOINT):
+        return "transaction control is not allowed: a persona-day is one transaction"
+    if op == apsw.SQLITE_PRAGMA:
+        return _pragma_refusal((p1 or "").lower(), p2)
+    if op == apsw.SQLITE_FUNCTION:
+        return _function_refusal((p2 or "").lower())
+    if op in (apsw.SQLITE_CREATE_VTABLE, apsw.SQLITE_DROP_VTABLE):
+        return module_refusal((p2 or "").lower())
+    if op == apsw.SQLITE_READ and (p1 or "").lower() in _REFUSED_MODULES:
+        # Eponymous modules (used as table-valued functions) that drop_modules cannot
+        # remove; a table of the same name is unreadable to events too.
+        return module_refusal((p1 or "").lower())
+    return None
+
+
+_TEMP_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_temp_master", "sqlite_schema",
+                                 "sqlite_temp_schema"})
+_TEMP_OPS = frozenset({
+    apsw.SQLITE_CREATE_TEMP_TABLE, apsw.SQLITE_CREATE_TEMP_INDEX,
+    apsw.SQLITE_CREATE_TEMP_TRIGGER, apsw.SQLITE_CREATE_TEMP_VIEW,
+    apsw.SQLITE_DROP_TEMP_TABLE, apsw.SQLITE_DROP_TEMP_INDEX, apsw.SQLITE_DROP_TEMP_TRIGGER,
+    apsw.SQLITE_DROP_TEMP_VIEW,
+})
+
+
+def _pragma_refusal(name: str, value: str | None) -> str | None:
+    if name in _ALLOWED_PRAGMAS or name in _READ_PRAGMAS:
+        return None
+    if name in _READ_ONLY_PRAGMAS and value is None:
+        return None
+    return (f"PRAGMA {name} is not allowed (only user_version and application_id, and "
+            "reading the schema): pragmas and pragma_* functions report or change the "
+            "connection and the host, not the world")
+
+
+def _function_refusal(name: str) -> str | None:
+    if name in _ALLOWED_FUNCTIONS:
+        return None
+    why = _REFUSED_FUNCTIONS.get(name)
+    if why is None:
+        why = "it is not on the list of functions whose result depends only on the world"
+    return f"{name}() is not allowed in events: {why}"
+
+
+def module_refusal(name: str) -> str | None:
+    """Why an event may not use virtual table module `name`, or None."""
+    if name in _ALLOWED_MODULES:
+        return None
+    why = _REFUSED_MODULES.get(name, "it is not on the list of modules known to be "
+                                     "deterministic")
+    return f"virtual table module {name} is not allowed in events: {why}"
+
+
+def describe_failure(exc: apsw.Error) -> str:
+    """The reason an event's SQL failed: a guard's refusal if one was recorded, or
+    SQLite's error (naming why, for the modules dropped from event connections)."""
+    denied = take_denial()
+    if denied is not None:
+        return denied
+    text = str(exc)
+    missing = text.removeprefix("no such table: ").rsplit(".", 1)[-1].lower()
+    if text.startswith("no such table: ") and missing in _REFUSED_MODULES:
+        return f"{missing} is not available to events: {_REFUSED_MODULES[missing]}"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _watch_rowids(op: int, db: str, table: str, rowid: int) -> None:
+    # A rowid table whose largest rowid is 2^63-1 gets the rowids of later inserts that
+    # name none from SQLite's process-wide random generator; no row may ever take it.
+    if rowid == _MAX_ROWID and _STATE.denied is None:
+        _STATE.denied = (
+            f"rowid 9223372036854775807 (2^63-1) in table {table} is not allowed: once a "
+            "table holds it, SQLite picks the rowid of every insert that names none at random")
+
+
+_TZ_MODIFIERS = frozenset({"localtime", "utc"})
+_MODIFIED_DATE_FUNCTIONS = ("date", "time", "datetime", "julianday", "unixepoch", "strftime")
+
+
+class _BuiltinDates(threading.local):
+    conn: apsw.Connection | None = None
+
+
+_BUILTIN_DATES = _BuiltinDates()
+
+
+def _builtin_dates() -> apsw.Connection:
+    """This thread's plain connection on the frozen VFS, whose date functions are
+    SQLite's own: the wrappers below hand every call they accept to it."""
+    conn = _BUILTIN_DATES.conn
+    if conn is None:
+        conn = _BUILTIN_DATES.conn = apsw.Connection(":memory:", vfs=FROZEN_VFS)
+    return conn
+
+
+def _date_function(name: str) -> Callable[..., Any]:
+    queries = {n: f"SELECT {name}({', '.join('?' * n)})" for n in range(8)}
+
+    def call(*args: Any) -> Any:
+        for arg in args[1:]:
+            text = arg.decode(errors="replace") if isinstance(arg, bytes) else arg
+            if isinstance(text, str) and text.strip().lower() in _TZ_MODIFIERS:
+                reason = (f"{name}() with the {text.strip()!r} modifier is not allowed: it "
+                          "converts with the host's time zone (TZ), so the world would depend "
+                          "on where it was built; the frozen clock is UTC")
+                _STATE.denied = reason
+                raise apsw.SQLError(reason)
+        query = queries.get(len(args)) or f"SELECT {name}({', '.join('?' * len(args))})"
+        for (value,) in _builtin_dates().execute(query, args):
+            return value
+        return None
+
+    return call
+
+
+_DATE_WRAPPERS = {name: _date_function(name) for name in _MODIFIED_DATE_FUNCTIONS}
+
+
+def _install_event_guards(conn: apsw.Connection) -> None:
+    """What every event connection has besides the authorizer: date functions that refuse
+    the host's time zone, no virtual table modules beyond the allowed ones, and the
+    watch on rowid 2^63-1."""
+    for name, wrapper in _DATE_WRAPPERS.items():
+        conn.create_scalar_function(name, wrapper, -1, deterministic=True)
+    conn.drop_modules(sorted(_ALLOWED_MODULES))
+    conn.set_update_hook(_watch_rowids)
 
 
 def frozen_vfs() -> str:
@@ -132,6 +423,8 @@ def open_event_db(path: Path, *, vfs: str = FROZEN_VFS) -> apsw.Connection:
     conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
     conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]
     conn.authorizer = _authorizer
+    _install_event_guards(conn)
+    _install_bounds(conn)
     conn.setbusytimeout(5000)
     return conn
 
@@ -146,6 +439,8 @@ def open_event_db_snapshot(path: Path) -> apsw.Connection:
     conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
     conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]
     conn.authorizer = _authorizer
+    _install_event_guards(conn)
+    _install_bounds(conn)
     return conn
 
 

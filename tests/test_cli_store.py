@@ -187,3 +187,16 @@ def test_progress_bars_show_their_total(tmp_path: Path) -> None:
     assert "import lars.jsonl" in shown and "8/8" in shown, shown
     shown = on_a_terminal("--store", "s", "verify", "--all", cwd=tmp_path)
     assert "verify" in shown and "8/8" in shown, shown
+
+
+# --- the cache cap ---------------------------------------------------------------------
+
+
+def test_cache_max_caps_the_cache_of_this_invocation(store: str, tmp_path: Path) -> None:
+    capped = invoke("--store", store, "--cache-max", "1M", "cache", "stats", "--json")
+    assert capped.exit_code == 0, capped.stderr
+    assert json.loads(capped.stdout)["max_bytes"] == 1024 * 1024
+    bad = invoke("--store", store, "--cache-max", "12Q", "cache", "stats")
+    assert bad.exit_code == 2
+    assert bad.stderr.splitlines() == [bad.stderr.strip()]
+    assert bad.stderr.startswith("error: --cache-max: '12Q' is not a size")

@@ -8,6 +8,7 @@ per-call timeout.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import httpx2
 import pytest
@@ -352,3 +354,122 @@ def test_a_slow_tool_times_out_without_stalling_others(env: Environment) -> None
         calls = [(e.tool, e.is_error) for e in episode.events if isinstance(e, ToolCall)]
         assert calls == [("notes_slow", False), ("notes_get_note", False)]
         assert rest.get(f"/instances/{slow_one['id']}").json()["timeouts"] == 2
+
+
+# --- malformed requests: every one a 4xx that says what was wrong -------------------------
+
+
+def assert_refused(response: httpx2.Response, *statuses: int) -> None:
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    assert not statuses or response.status_code in statuses, response.text
+    assert "Traceback" not in response.text
+    assert response.json()["error"]
+
+
+def test_a_day_beyond_64_bits_and_deep_json_are_4xx(rest: httpx2.Client) -> None:
+    for world in ("lars@100000000000000000000000", "lars@-100000000000000000000000",
+                  "lars@" + "\u0663" * 30, "lars@9223372036854775808"):
+        response = rest.post("/instances", json={"world": world})
+        assert_refused(response, 422)
+        assert "64 bits" in response.json()["error"]
+    assert_refused(rest.post("/instances", json={"world": "lars@9223372036854775807"}), 404)
+    made = create(rest)
+    for body in (b"[" * 30_000 + b"]" * 30_000, b'{"world": ' + b"[" * 30_000,
+                 b'{"a":' * 30_000 + b"1" + b"}" * 30_000):
+        deep = rest.post("/instances", content=body)
+        assert_refused(deep, 400, 413)
+        mcp = rest.post(made["mcp_url"], content=body[:60_000],
+                        headers={"content-type": "application/json",
+                                 "accept": "application/json, text/event-stream"})
+        assert_refused(mcp, 400)
+        assert "deeper than" in mcp.json()["error"]
+    # Finding the strings is linear: an unterminated string of escaped quotes is no work.
+    started = time.monotonic()
+    assert_refused(rest.post("/instances", content=b'"' + b'\\"' * 30_000), 400)
+    assert time.monotonic() - started < 2
+    # Brackets inside strings are data, not nesting.
+    assert_refused(rest.post("/instances", json={"world": "[" * 5_000}), 400)
+    assert_refused(rest.post("/instances", content=b"x" * 70_000), 413)
+
+
+def test_fuzzed_rest_requests_never_get_a_5xx(rest: httpx2.Client) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    made = create(rest)
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5),
+                                                                    inner, max_size=3),
+        max_leaves=10)
+    refs = st.one_of(st.text(max_size=40), st.from_regex(r"[a-z]{1,6}@-?[0-9]{1,40}"),
+                     st.from_regex(r"[0-9a-f]{30,34}"), st.just("lars@7"))
+    bodies = st.one_of(
+        st.binary(max_size=200),
+        st.builds(lambda w, m: {"world": w, "mode": m}, refs | json_values,
+                  st.sampled_from(["tools", "meta"]) | json_values).map(
+            lambda d: json.dumps(d).encode()),
+        json_values.map(lambda v: json.dumps(v).encode()),
+        st.integers(1, 200).map(lambda n: b'{"world": ' + b"[" * n + b"]" * n + b"}"))
+    ids = st.one_of(st.just(made["id"]), st.text(min_size=1, max_size=30).filter(
+        lambda s: s not in (".", "..")).map(lambda s: quote(s, safe="")))
+    actions = st.sampled_from(["", "/reset", "/hash", "/diff", "/episode", "/nope",
+                               "/mcp/x", "/hash/x"])
+    methods = st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE"])
+
+    @settings(max_examples=150, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(method=methods, iid=ids, action=actions, body=bodies, create_one=st.booleans())
+    def probe(method: str, iid: str, action: str, body: bytes, create_one: bool) -> None:
+        if create_one:
+            response = rest.post("/instances", content=body)
+        else:
+            if method == "DELETE" and iid == made["id"]:
+                method = "GET"  # keep the instance for the other examples
+            response = rest.request(method, f"/instances/{iid}{action}", content=body)
+        assert response.status_code < 500, (response.status_code, response.text)
+        assert "Traceback" not in response.text
+        if response.status_code >= 400 and response.headers.get(
+                "content-type", "").startswith("application/json"):
+            assert response.json().get("error") or response.json().get("jsonrpc")
+        if response.status_code == 201:
+            assert rest.delete(f"/instances/{response.json()['id']}").status_code == 204
+
+    probe()
+
+
+def test_a_runaway_carried_call_costs_only_its_own_instance(tmp_path: Path) -> None:
+    """Two instances of worlds carrying the same app code: while one's call loops forever
+    in its worker, the other's calls answer in normal time (they run in another worker)."""
+    from test_worker_isolation import RUNAWAY_TIMEOUT, carried_world
+
+    from envs.worker_pool import WorkerLimits, WorkerPool
+
+    with carried_world(tmp_path / "store") as carried, \
+            Environment(carried, apps={}) as environment:
+        environment._pool = WorkerPool(WorkerLimits(timeout_s=RUNAWAY_TIMEOUT))
+        gateway = Gateway(environment, call_timeout=30)
+        with served(gateway) as base, httpx2.Client(base_url=base, timeout=30) as rest:
+            runaway, other = create(rest, world="p@0"), create(rest, world="q@0")
+            title = ("notes_title", {"note_id": 1})
+
+            async def race() -> tuple[Any, float, list[float], list[Any]]:
+                start = time.monotonic()
+                spinning = asyncio.create_task(with_fastmcp(
+                    base + runaway["mcp_url"], [title, ("notes_spin", {})]))
+                await asyncio.sleep(1.0)
+                latencies, results = [], []
+                async with Client(base + other["mcp_url"], timeout=30) as client:
+                    for _ in range(4):
+                        began = time.monotonic()
+                        results.append(await client.call_tool(*title, raise_on_error=False))
+                        latencies.append(time.monotonic() - began)
+                _, (_, spun) = await spinning
+                return spun, time.monotonic() - start, latencies, results
+
+            spun, spin_s, latencies, results = asyncio.run(race())
+            assert spun.is_error and f"longer than {RUNAWAY_TIMEOUT:g} s" in spun.content[0].text
+            assert spin_s >= RUNAWAY_TIMEOUT and 1.0 + sum(latencies) < spin_s  # meanwhile
+            assert [r.structured_content for r in results] == [{"result": "note of q"}] * 4
+            # The first call started a second worker; the others answered at once.
+            assert latencies[0] < RUNAWAY_TIMEOUT - 2 and max(latencies[1:]) < 1, latencies

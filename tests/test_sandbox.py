@@ -34,6 +34,7 @@ from envs.sandbox import (
     default_sandbox,
     find_sandbox_tools,
     run_sandboxed,
+    sandbox_ids,
 )
 from envs.worker_pool import AppWorker
 
@@ -522,7 +523,8 @@ def test_the_app_worker_policy_binds_only_python_and_the_project_read_only(
     assert [b.target for b in policy.binds][:2] == ["/opt/python", "/opt/site"]
     assert all(b.target.startswith("/opt/") for b in policy.binds)
     assert "/etc" not in policy.system_paths
-    assert (policy.user, policy.as_pid_1, policy.cwd) == (None, False, "/tmp")
+    assert (policy.user, policy.as_pid_1, policy.cwd) == (sandbox_ids(), False, "/tmp")
+    assert policy.user is not None and policy.user[0] != 0
     assert policy.rlimits.max_procs is None
     assert worker.argv(5)[-5:] == [f"/opt/python/bin/python{sys.version_info[0]}."
                                    f"{sys.version_info[1]}", "-s", "-m", "envs.app_worker", "5"]

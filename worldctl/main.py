@@ -13,6 +13,7 @@ library or the user is written as it is, never through a markup language.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -46,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Row-level and file-level changes from world A to world B."),
     "export": ("worldctl.store", "export",
                "Write a persona's log as interchange JSON Lines to stdout."),
+    "cache": ("worldctl.cache", "cache",
+              "The snapshot cache: what it holds, and pruning it."),
     "episode": ("worldctl.envs", "episode",
                 "Stored agent episodes: list, show, replay and verify them."),
     "serve": ("worldctl.envs", "serve",
@@ -132,6 +135,14 @@ class LazyGroup(click.Group):
             refuse("interrupted")
         except WorldError as exc:
             refuse(str(exc))
+        except OSError as exc:
+            # A path the user gave that the file system cannot even look up (a name past
+            # 255 bytes, a path past PATH_MAX); other host errors stay tracebacks.
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            name = str(exc.filename or "")
+            refuse(f"{name[:60]!r}...: {exc.strerror} (a file name has at most 255 bytes, "
+                   "a path at most 4096)")
         except ModuleNotFoundError as exc:
             message = missing_extra(exc)
             if message is None:
@@ -149,13 +160,16 @@ class LazyGroup(click.Group):
 @click.option("--cache", envvar="WORLDCTL_CACHE", default=None,
               help="Snapshot cache directory (default: <store>/cache, or ./.worldctl-cache "
                    "for a PostgreSQL store; env WORLDCTL_CACHE).")
+@click.option("--cache-max", "cache_max", default=None, metavar="SIZE",
+              help="Cap on the snapshot cache, e.g. 20G or 512M (default: env "
+                   "WORLDCTL_CACHE_MAX, else 10G or a quarter of its file system).")
 @click.version_option(VERSION, prog_name="worldctl")
 @click.pass_context
-def cli(ctx: click.Context, store: str, cache: str | None) -> None:
+def cli(ctx: click.Context, store: str, cache: str | None, cache_max: str | None) -> None:
     """Build, store, replay, verify, serve and grade persona worlds."""
     from worldctl.session import Session
 
-    session = Session(store=store, cache=cache)
+    session = Session(store=store, cache=cache, cache_max=cache_max)
     ctx.obj = session
     ctx.call_on_close(session.close)
 

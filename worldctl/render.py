@@ -204,6 +204,10 @@ def diff(d: WorldDiff, max_rows: int) -> None:
         before = f.size_before if f.size_before is not None else "-"
         after = f.size_after if f.size_after is not None else "-"
         echo(f"file {f.path} ({f.change}, {before} -> {after} bytes)")
+        for side, kind, link in (("before", f.kind_before, f.link_before),
+                                 ("after", f.kind_after, f.link_after)):
+            if kind is not None:  # a symlink's target is shown, never followed
+                echo(f"    {side}: {kind}" + (f" -> {link}" if link is not None else ""))
         for line in f.text_diff or []:
             echo(f"    {line}")
 

@@ -23,14 +23,19 @@ class Session:
 
     store: str
     cache: str | None
+    cache_max: str | None = None  # --cache-max as given; parsed when the cache is opened
     _worlds: Worlds | None = field(default=None, repr=False)
     _events: EventStore | None = field(default=None, repr=False)
 
     def worlds(self, *, create: bool = False) -> Worlds:
         if self._worlds is None:
+            from replay.cache import parse_size
             from replay.engine import Worlds
 
-            self._worlds = Worlds.open(self.store, self.cache, create=create)
+            cap = None if self.cache_max is None else parse_size(self.cache_max,
+                                                                 what="--cache-max")
+            self._worlds = Worlds.open(self.store, self.cache, create=create,
+                                       cache_max_bytes=cap)
         return self._worlds
 
     def event_store(self) -> EventStore:

@@ -40,6 +40,12 @@ _FIELD_NAMED = re.compile(r"field `([^`]*)`")
 BLOB_PARAM_KEY = "$base64"
 MAX_INT = 2**63 - 1
 _HEX32 = re.compile(r"[0-9a-f]{32}")
+# The deepest line of the format is 3 levels (line, params, blob parameter); anything far
+# deeper is refused before decoding, whose recursion a deep enough line would exhaust.
+MAX_JSON_DEPTH = 16
+# A string (escapes included) or one bracket: strings are skipped whole, so the scan costs
+# one step per bracket outside strings.
+_JSON_NESTING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,8 @@ def _field_of(message: str) -> str | None:
 
 
 def parse_line(text: str | bytes, *, source: str, line: int) -> Line:
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    _check_depth(raw, source=source, line=line)
     try:
         event = _DECODER.decode(text)
     except msgspec.ValidationError as exc:
@@ -84,6 +92,35 @@ def parse_line(text: str | bytes, *, source: str, line: int) -> Line:
     return event
 
 
+def _check_depth(raw: bytes, *, source: str, line: int) -> None:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH, naming the top-level field it is in
+    (the last key at depth 1 before the deep part)."""
+    depth = 0
+    field: str | None = None
+    last_string = b""
+    for m in _JSON_NESTING.finditer(raw):
+        token = m.group()
+        if token in (b"[", b"{"):
+            if depth == 1:  # a value of the line's object: the string before is its key
+                field = _key_name(last_string)
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels",
+                                 file=source, line=line, field=field)
+        elif token in (b"]", b"}"):
+            depth -= 1
+        elif depth == 1:
+            last_string = token
+
+
+def _key_name(token: bytes) -> str | None:
+    try:
+        name = msgspec.json.decode(token)
+    except msgspec.DecodeError:
+        return None
+    return name if isinstance(name, str) else None
+
+
 def check_line(event: Line, *, source: str, line: int) -> None:
     def bad(message: str, field: str) -> InputError:
         return InputError(message, file=source, line=line, field=field)
@@ -92,12 +129,17 @@ def check_line(event: Line, *, source: str, line: int) -> None:
         raise bad(f"bad persona name {event.persona!r}: use [a-z0-9][a-z0-9_-]*", "persona")
     if event.day < 0:
         raise bad(f"day {event.day} is negative", "day")
+    if event.day > MAX_INT:
+        raise bad(f"day {event.day} does not fit SQLite's 64 bits (at most {MAX_INT})", "day")
     problem = ts_problem(event.ts)
     if problem:
         raise bad(problem, "ts")
     if isinstance(event, SqlLine):
         if not is_service(event.service):
             raise bad(f"bad service name {event.service!r}: use [a-z][a-z0-9_]*", "service")
+        if "\x00" in event.sql:
+            raise bad(f"the SQL text contains a NUL byte at character "
+                      f"{event.sql.index(chr(0))}; SQLite would stop reading there", "sql")
         problem = statement_count_problem(event.sql) or refused_statement_problem(event.sql)
         if problem:
             raise bad(problem, "sql")

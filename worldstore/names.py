@@ -11,7 +11,11 @@ PERSONA_RE = re.compile(r"[a-z0-9][a-z0-9_-]*")
 SERVICE_RE = re.compile(r"[a-z][a-z0-9_]*")
 TS_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 MAX_NAME = 64
+# Workspace paths are measured in UTF-8 bytes, as file systems measure them: a segment is
+# a file name (NAME_MAX, 255 bytes on Linux and macOS file systems) and the whole path
+# leaves room under PATH_MAX (4096) for the host directory a world is built in.
 MAX_PATH = 1024
+MAX_SEGMENT = 255
 _NAIVE_EPOCH = datetime(1970, 1, 1)  # timestamps are UTC (validated: they end in Z)
 
 
@@ -52,10 +56,12 @@ def check_relpath(path: str) -> str:
     """Return `path` if it is a clean relative workspace path, else raise PathError."""
     if not path:
         raise PathError("empty path")
-    if len(path) > MAX_PATH:
-        raise PathError(f"path longer than {MAX_PATH} characters: {path[:40]!r}...")
     if "\x00" in path or "\\" in path:
-        raise PathError(f"path {path!r} contains a NUL byte or a backslash")
+        raise PathError(f"path {path[:80]!r} contains a NUL byte or a backslash")
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH:
+        raise PathError(f"path of {size} bytes is longer than {MAX_PATH} bytes: "
+                        f"{path[:40]!r}...")
     if path.startswith("/"):
         raise PathError(f"path {path!r} is absolute; paths are relative to the workspace")
     parts = path.split("/")
@@ -63,4 +69,9 @@ def check_relpath(path: str) -> str:
         raise PathError(f"path {path!r} contains '..' and could leave the workspace")
     if any(p in ("", ".") for p in parts):
         raise PathError(f"path {path!r} has an empty or '.' segment; write it normalised")
+    for part in parts:
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > MAX_SEGMENT:
+            raise PathError(f"path segment of {size} bytes is longer than the {MAX_SEGMENT} "
+                            f"bytes a file system allows for a name: {part[:40]!r}...")
     return path

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import apsw
-
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.S)
 _FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
 _REFUSED = {
@@ -27,17 +25,83 @@ def refused_statement_problem(sql: str) -> str | None:
 def statement_count_problem(sql: str) -> str | None:
     """Why `sql` is not exactly one statement, or None.
 
-    SQLite's own sqlite3_complete (quotes, comments, trigger bodies) finds the end of the
-    first statement; anything but comments and whitespace after it is a second one.
+    The first statement ends at the first ``;`` after which SQLite's sqlite3_complete
+    would call the text so far complete (quotes, comments, trigger bodies); anything but
+    comments and whitespace after it is a second one. ``first_statement_end`` finds that
+    ``;`` in one pass (asking sqlite3_complete of every prefix ending in ``;`` took time
+    quadratic in the length).
     """
     if only_comments(sql):
         return "empty SQL: an sql event holds exactly one statement"
-    for i, ch in enumerate(sql):
-        if ch == ";" and apsw.complete(sql[: i + 1]):
-            if not only_comments(sql[i + 1 :]):
-                return (
-                    "more than one SQL statement; an sql event holds exactly one "
-                    f"(second statement starts at character {i + 1})"
-                )
-            return None
+    end = first_statement_end(sql)
+    if end is not None and not only_comments(sql[end + 1 :]):
+        return (
+            "more than one SQL statement; an sql event holds exactly one "
+            f"(second statement starts at character {end + 1})"
+        )
+    return None
+
+
+# --- sqlite3_complete, in one pass ---------------------------------------------------
+#
+# A port of the state machine of SQLite's complete.c (sqlite3_complete). sqlite3_complete
+# of a prefix ending in ``;`` is true exactly when that ``;`` is a token of the whole text
+# (not inside a quote or comment, which the prefix would leave unterminated) and the
+# machine is in state START after it, so the first such ``;`` of one left-to-right pass is
+# the first prefix sqlite3_complete accepts. tests/test_importer_bounds.py compares this
+# with sqlite3_complete itself on generated SQL.
+
+_SEMI, _WS, _OTHER, _EXPLAIN, _CREATE, _TEMP, _TRIGGER, _END = range(8)
+_START = 1
+_TRANS = (
+    # SEMI WS OTHER EXPLAIN CREATE TEMP TRIGGER END
+    (1, 0, 2, 3, 4, 2, 2, 2),  # 0 INVALID
+    (1, 1, 2, 3, 4, 2, 2, 2),  # 1 START
+    (1, 2, 2, 2, 2, 2, 2, 2),  # 2 NORMAL
+    (1, 3, 3, 2, 4, 2, 2, 2),  # 3 EXPLAIN
+    (1, 4, 2, 2, 2, 4, 5, 2),  # 4 CREATE
+    (6, 5, 5, 5, 5, 5, 5, 5),  # 5 TRIGGER
+    (6, 6, 5, 5, 5, 5, 5, 7),  # 6 SEMI
+    (1, 7, 5, 5, 5, 5, 5, 5),  # 7 END
+)
+_KEYWORDS = {"create": _CREATE, "temp": _TEMP, "temporary": _TEMP, "trigger": _TRIGGER,
+             "explain": _EXPLAIN, "end": _END}
+# One token per match, as complete.c's tokenizer cuts them. An identifier character is
+# alphanumeric, '_', '$' or not ASCII (every byte of a UTF-8 sequence is >= 0x80 there).
+# The "open" groups are a comment, quote or bracket running to the end of the text:
+# sqlite3_complete is false for any prefix that ends inside one ("--" is different: at
+# the end of the text it leaves the state as it was).
+_TOKEN = re.compile(
+    r"(?P<semi>;)"
+    r"|(?P<ws>[ \t\n\f\r]+|/\*.*?\*/|--[^\n]*\n)"
+    r"|(?P<open>/\*.*|--[^\n]*\Z|\[[^\]]*\Z|`[^`]*\Z|\"[^\"]*\Z|'[^']*\Z)"
+    r"|(?P<quoted>\[[^\]]*\]|`[^`]*`|\"[^\"]*\"|'[^']*')"
+    r"|(?P<word>[0-9A-Za-z_$\u0080-\U0010ffff]+)"
+    r"|(?P<other>.)",
+    re.S,
+)
+
+
+def first_statement_end(sql: str) -> int | None:
+    """The index of the ``;`` ending the first complete statement of `sql`, or None: the
+    first ``i`` with ``sql[i] == ';'`` and sqlite3_complete(sql[:i + 1]) true."""
+    state = 0
+    for m in _TOKEN.finditer(sql):
+        kind = m.lastgroup
+        if kind == "semi":
+            state = _TRANS[state][_SEMI]
+            if state == _START:
+                return m.start()
+        elif kind == "ws":
+            state = _TRANS[state][_WS]
+        elif kind == "word":
+            word = m.group()
+            # complete.c compares keywords byte by byte, ASCII case folded only
+            token = _KEYWORDS.get(word.lower(), _OTHER) if len(word) <= 9 and word.isascii() \
+                else _OTHER
+            state = _TRANS[state][token]
+        elif kind == "open":
+            return None  # no later prefix ends outside this comment or quote
+        else:
+            state = _TRANS[state][_OTHER]
     return None

@@ -29,8 +29,8 @@ from worldstore.store import DayRecord, EpisodeRecord, NewDay, PersonaSummary, W
 WRITE_OPTION = "worldstore_write"
 EVENT_PAGE = 5000
 _WAL_ATTEMPTS = 600  # ~60 s in all, the same patience as the busy timeout
-_EVENT_COLUMNS = (
-    events.c.persona, events.c.seq, events.c.day, events.c.ts, events.c.prev,
+_EVENT_COLUMNS = (  # what events() reads (persona is the one asked for)
+    events.c.seq, events.c.day, events.c.ts, events.c.prev,
     events.c.event_id, events.c.schema_version, events.c.body,
 )
 
@@ -229,14 +229,16 @@ class SqlEventStore(WorldStore):
                     rows = cursor.fetchall()
                 finally:
                     cursor.close()
-            for r in rows:
+            # (persona is the one asked for: the query matches it exactly, so it is not
+            # read back once per row)
+            for seq, day, ts, prev, event_id, schema_version, body in rows:
                 yield StoredEvent(
-                    persona=r[0], seq=r[1], day=r[2], ts=r[3], prev=r[4], event_id=r[5],
-                    schema_version=r[6], body=bytes(r[7]),
+                    persona=persona, seq=seq, day=day, ts=ts, prev=prev, event_id=event_id,
+                    schema_version=schema_version, body=bytes(body),
                 )
             if len(rows) < EVENT_PAGE:
                 return
-            next_seq = rows[-1][1] + 1
+            next_seq = rows[-1][0] + 1
 
     @functools.cached_property
     def _events_sql(self) -> str:
@@ -249,11 +251,23 @@ class SqlEventStore(WorldStore):
                 f"ORDER BY seq LIMIT {param('page')}")
 
     def blob(self, digest: str) -> bytes:
+        # Replay reads one blob per file event: straight through the driver's cursor, as
+        # events() does, since building and compiling a query per blob cost more than it.
         with self.engine.connect() as conn:
-            row = conn.execute(sa.select(blobs.c.data).where(blobs.c.digest == digest)).first()
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(self._blob_sql, {"digest": digest})
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
         if row is None:
             raise NotFoundError(f"blob {digest} is not in the store {self.url}")
         return bytes(row[0])
+
+    @functools.cached_property
+    def _blob_sql(self) -> str:
+        digest = "%(digest)s" if self._is_pg else ":digest"
+        return f"SELECT data FROM blobs WHERE digest = {digest}"
 
     def missing_blobs(self, digests: Iterable[str]) -> set[str]:
         wanted = set(digests)

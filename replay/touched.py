@@ -1,0 +1,96 @@
+"""What a day could have changed: the tables, workspace files and app pins it wrote.
+
+Per-day hashing re-hashes only these (``replay.rehash``), so what is recorded here must
+over-approximate every change, never miss one. Tables come from SQLite's own authorizer,
+which is consulted while a statement is compiled and names every table the compiled
+program may write, the bodies of the triggers it fires included. A statement's write set
+is learnt on a fresh compile (never from apsw's statement cache, whose compiles happened
+out of sight) and remembered by SQL text until the service's schema changes. Anything
+the authorizer reports that is not a plain row write or read (DDL, ANALYZE, a statement
+that compiled without consulting it at all) marks the whole service as changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import apsw
+
+Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
+
+# Row writes: p1 names the table written (by the statement or a trigger it fires).
+_WRITES = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
+# Operations that change no table: reads, and the header pragmas (re-read every day).
+_HARMLESS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_FUNCTION,
+                       apsw.SQLITE_RECURSIVE, apsw.SQLITE_PRAGMA})
+_MEMO_LIMIT = 4096  # distinct SQL texts remembered per service; forgetting is always safe
+
+
+@dataclass(slots=True)
+class DayChanges:
+    """What the current day wrote. A service mapped to None may have changed anywhere."""
+
+    services: dict[str, set[str] | None] = field(default_factory=dict)
+    files: set[str] = field(default_factory=set)
+    apps: bool = False
+
+
+class WriteLog:
+    """Learns, per SQL text, which tables of one service a statement writes.
+
+    Installed in front of the connection's guard authorizer (which still decides); it
+    only listens.
+    """
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._guard: Authorizer | None = conn.authorizer
+        self._known: dict[str, frozenset[str]] = {}
+        self._heard = False
+        self._tables: set[str] = set()
+        self._everything = False
+        conn.authorizer = self._authorize
+
+    def _authorize(self, op: int, p1: str | None, p2: str | None, db: str | None,
+                   trigger: str | None) -> int:
+        self._heard = True
+        if op in _WRITES:
+            self._tables.add((p1 or "").lower())
+        elif op not in _HARMLESS:
+            self._everything = True
+        return apsw.SQLITE_OK if self._guard is None else self._guard(op, p1, p2, db, trigger)
+
+    def known(self, sql: str) -> frozenset[str] | None:
+        """The tables `sql` writes, if learnt under the current schema."""
+        return self._known.get(sql)
+
+    def start(self) -> None:
+        """Listen to the fresh compile of one statement."""
+        self._heard = self._everything = False
+        self._tables = set()
+
+    def learnt(self, sql: str) -> frozenset[str] | None:
+        """What the statement since ``start()`` writes; None: possibly anything."""
+        if self._everything or not self._heard:
+            # The schema may have changed, so every remembered write set may be stale.
+            self._known.clear()
+            return None
+        tables = frozenset(self._tables)
+        if len(self._known) >= _MEMO_LIMIT:
+            self._known.clear()
+        self._known[sql] = tables
+        return tables
+
+
+def note_tables(changes: DayChanges, service: str, tables: frozenset[str] | None) -> None:
+    """Add a statement's write set to the day's changes of `service`."""
+    if service in changes.services:
+        seen = changes.services[service]
+        if seen is not None:
+            if tables is None:
+                changes.services[service] = None
+            else:
+                seen |= tables
+    else:
+        changes.services[service] = None if tables is None else set(tables)
+
