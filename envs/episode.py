@@ -61,7 +61,6 @@ class FileChange(_Event, tag="file_change", frozen=True):
 
 
 EpisodeEvent = ToolCall | ShellCall | DbChange | FileChange
-EFFECTS = (DbChange, FileChange)
 
 
 class Episode(msgspec.Struct, kw_only=True):

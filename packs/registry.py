@@ -27,6 +27,7 @@ from typing import TypeVar
 import msgspec
 
 from packs.errors import PackError
+from replay.files import DIR, FILE, SYMLINK, walk
 from worldstore.jsonfile import decode_json_file
 
 SHIPPED = Path(__file__).resolve().parent
@@ -157,18 +158,18 @@ def pack_files(root: Path) -> list[str]:
     symlink or anything but a regular file is refused, so a pack means the same bytes
     everywhere."""
     found: list[str] = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in _GENERATED_DIRS for part in rel.parts) or path.suffix == ".pyc":
+    for entry in walk(root, descend=lambda e: e.path.name not in _GENERATED_DIRS):
+        if entry.path.name in _GENERATED_DIRS or entry.path.suffix == ".pyc":
             continue
-        if path.is_symlink():
-            raise PackError("a pack may not hold symlinks", file=str(path))
-        if path.is_dir():
+        if entry.kind == SYMLINK:
+            raise PackError("a pack may not hold symlinks", file=str(entry.path))
+        if entry.kind == DIR:
             continue
-        if not path.is_file():
-            raise PackError("a pack may hold only regular files and folders", file=str(path))
-        found.append(rel.as_posix())
-    return found
+        if entry.kind != FILE:
+            raise PackError("a pack may hold only regular files and folders",
+                            file=str(entry.path))
+        found.append(entry.rel)
+    return sorted(found, key=lambda rel: rel.split("/"))  # path order, as before
 
 
 # --- internals ----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from replay.errors import WorldDirError
-from replay.files import chmod_tree, copy_tree, remove_tree
+from replay.files import chmod_tree, copy_tree, remove_tree, walk
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
 from worldstore.errors import ConfigError
 
@@ -484,11 +484,7 @@ def _touch(lock: Path) -> None:
 
 def _disk_bytes(top: Path) -> int:
     """Bytes allocated on disk under `top` (itself included), as du counts them."""
-    total = os.lstat(top).st_blocks * 512
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in dirnames + filenames:
-            total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+    return os.lstat(top).st_blocks * 512 + sum(e.stat.st_blocks * 512 for e in walk(top))
 
 
 def _record_size(staging: Path) -> int:
