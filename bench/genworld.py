@@ -14,10 +14,11 @@ Shape (defaults: 50,000 events, ~640-byte text payloads -> about 32 MB of databa
 
 A second shape, ``realistic`` (``generate_realistic``), is a WildAWM-like world where a day
 touches little of it: 12 services of 5 tables (60 tables), all filled on day 0; on each
-later day 15 tables (drawn anew each day) and about 5 workspace files change.
+later day 15 tables (drawn anew each day) and about 5 workspace files change. With
+``day0_share`` most events fill the world on day 0 and later days are small, as WildAWM's.
 
 Usage: ``python bench/genworld.py OUT.jsonl [--events N] [--payload BYTES] [--days D]
-[--realistic]``.
+[--realistic [--day0-share F]]``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class Params:
     payload: int = DEFAULT_PAYLOAD
     days: int = DEFAULT_DAYS
     realistic: bool = False  # the few-tables-a-day shape (generate_realistic)
+    # Share of the events on day 0 in the realistic shape (0: the same number every day).
+    # WildAWM's worlds are large with small days (59.3 MiB a world state, ~31 KiB growth a
+    # day): a day-0 share of 0.8 still grows these worlds ten times faster than that.
+    day0_share: float = 0.0
 
 
 # The realistic shape: 60 tables in all, 15 of them and about 5 files changed a day.
@@ -323,8 +328,11 @@ def generate_realistic(p: Params) -> Iterator[dict[str, Any]]:
     r = g.rng
     tables = [(s, f"t{k}") for s in REALISTIC_SERVICES for k in range(REALISTIC_TABLES)]
     per_day = max(1, p.events // p.days)
+    first = int(p.events * p.day0_share) if p.day0_share else per_day
+    later = max(1, (p.events - first) // max(1, p.days - 1)) if p.day0_share else per_day
     for day in range(p.days):
         picked = tables if day == 0 else r.sample(tables, REALISTIC_TOUCHED)
+        per_day = first if day == 0 else later
         for k in range(per_day):
             ts = START + timedelta(days=day, seconds=k * DAY_SPAN_S // per_day)
             base = {"persona": PERSONA, "day": day, "ts": ts.strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -377,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", type=int, default=DEFAULT_PAYLOAD)
     ap.add_argument("--days", type=int, default=DEFAULT_DAYS)
     ap.add_argument("--realistic", action="store_true", help="few tables touched a day")
+    ap.add_argument("--day0-share", type=float, default=0.0,
+                    help="share of the events on day 0 (realistic shape; 0: even days)")
     a = ap.parse_args(argv)
-    count = write_world(a.out, Params(a.events, a.payload, a.days, a.realistic))
+    count = write_world(a.out, Params(a.events, a.payload, a.days, a.realistic, a.day0_share))
     print(f"{a.out}: {count} events", file=sys.stderr)
     return 0
 

@@ -22,7 +22,7 @@ import msgspec
 from replay.errors import EventFailed
 from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
 from replay.sqlite import describe_failure, freeze, open_event_db, take_denial
-from replay.touched import DayChanges, WriteLog, note_tables
+from replay.touched import DayChanges, RowTracker, WriteLog, note_tables
 from worldstore.canonical import digest
 from worldstore.errors import PathError
 from worldstore.events import (
@@ -63,6 +63,7 @@ class WorldBuilder:
         self._ts = ""  # the last event's ts and its milliseconds
         self._millis = 0
         self.changes = DayChanges()
+        self._trackers: dict[str, RowTracker] = {}
         (root / SERVICES).mkdir(parents=True, exist_ok=True)
         (root / WORKSPACE).mkdir(parents=True, exist_ok=True)
 
@@ -78,6 +79,9 @@ class WorldBuilder:
             # Pinned, not left to the file system's sector size: events may read it (rtree
             # sizes its nodes by it), so it must be the same on every machine.
             _unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
+            tracker = RowTracker(service, self.changes)
+            conn.set_update_hook(tracker.written)
+            self._trackers[service] = tracker
             self._conns[service] = conn
             self._logs[service] = WriteLog(conn)
             self._cursors[service] = conn.cursor()
@@ -123,12 +127,15 @@ class WorldBuilder:
         """What was written since the last call (tables, files, app pins), and start
         afresh: per-day hashing re-hashes exactly this."""
         changes, self.changes = self.changes, DayChanges()
+        for service, tracker in self._trackers.items():
+            tracker.follow(service, self.changes)
         return changes
 
     def close(self) -> None:
         """Roll back an unfinished day and close every connection."""
         conns, self._conns = self._conns, {}
         self._cursors.clear()
+        self._trackers.clear()
         in_day, self._in_day = self._in_day, set()
         self._live.clear()
         for service, conn in conns.items():

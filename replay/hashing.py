@@ -28,7 +28,7 @@ from replay.errors import WorldDirError
 from replay.files import SPECIAL_KINDS, SYMLINK, kind_of, read_chunks
 from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
-from worldstore.canonical import canonical_bytes, digest, digest_of
+from worldstore.canonical import array_header, canonical_bytes, digest, digest_of
 
 MANIFEST_FORMAT = 1
 ROW_CHUNK = 1024
@@ -72,6 +72,9 @@ class TableInfo:
     order_by: str
     kind: str  # 'table' or 'virtual'
     key: tuple[str, ...] = ()  # primary-key columns when they totally order the rows
+    # The key is one INTEGER PRIMARY KEY of a rowid table: its value is the rowid, which
+    # SQLite's update hook reports for every row a statement writes.
+    rowid_key: bool = False
 
 
 def table_infos(conn: apsw.Connection) -> list[TableInfo]:
@@ -88,7 +91,8 @@ def table_infos(conn: apsw.Connection) -> list[TableInfo]:
         ).fetchall()
         visible = [c[0] for c in cols if c[2] == 0]
         order_by, key = _order_by(conn, name, cols, kind)
-        infos.append(TableInfo(name, visible, order_by, kind, key))
+        infos.append(TableInfo(name, visible, order_by, kind, key,
+                               rowid_key=_is_rowid_key(conn, name, key, kind)))
     return infos
 
 
@@ -109,6 +113,14 @@ def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str
     # rows in any insertion order come out the same.
     keys = [c[0] for c in pk] + [c[0] for c in cols if c[1] == 0 and c[2] == 0]
     return ", ".join(_value_order(quote_ident(k)) for k in keys), ()
+
+
+def _is_rowid_key(conn: apsw.Connection, table: str, key: tuple[str, ...], kind: str) -> bool:
+    if kind != "table" or len(key) != 1 or table.startswith("sqlite_"):
+        return False
+    without_rowid = _scalar(conn, "SELECT wr FROM pragma_table_list WHERE schema='main' "
+                            "AND name=?", (table,))
+    return not without_rowid and _is_rowid_alias(conn, table, key[0])
 
 
 def _value_order(column: str) -> str:
@@ -140,6 +152,16 @@ def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
         count += len(chunk)
         h.update(canonical_bytes(chunk))
     return TableDigest(rows=count, digest=h.hexdigest())
+
+
+def digest_of_encoded_rows(rows: list[bytes]) -> TableDigest:
+    """The same digest as ``table_digest`` from the rows' own canonical encodings, in
+    hashing order: chunks of ROW_CHUNK rows, each an array of its rows."""
+    h = xxhash.xxh3_128()
+    for start in range(0, len(rows), ROW_CHUNK):
+        chunk = rows[start:start + ROW_CHUNK]
+        h.update(array_header(len(chunk)) + b"".join(chunk))
+    return TableDigest(rows=len(rows), digest=h.hexdigest())
 
 
 def service_manifest(path: Path) -> ServiceManifest:

@@ -116,21 +116,33 @@ _REFUSED_MODULES = {
     "carray": "it reads host memory through a bound pointer",
     "sqlite_dbpage": "it exposes the file's raw pages",
 }
-_MAX_ROWID = (1 << 63) - 1
+MAX_ROWID = (1 << 63) - 1
 _TEMP = ("the TEMP schema is not allowed: it lives only as long as one import's connection, "
          "so a day rebuilt from a cached snapshot would not have it")
 
 
-class _ThreadClock(threading.local):
-    millis: int = _DEFAULT_MS
-    seed: bytes = b""
-    counter: int = 0
-    denied: str | None = None
-    ticks: int = 0  # progress-handler calls since freeze: the event's VM instructions / 1000
-    altering: bool = False  # the event's statement is an ALTER TABLE
+class _Clock:
+    """One thread's frozen clock and the state of its current event's statement."""
+
+    __slots__ = ("altering", "counter", "denied", "millis", "seed", "ticks")
+
+    def __init__(self) -> None:
+        self.millis = _DEFAULT_MS
+        self.seed = ""  # the event's id; encoded only when randomness is drawn
+        self.counter = 0
+        self.denied: str | None = None
+        self.ticks = 0  # progress-handler calls since freeze: the event's VM instructions / 1000
+        self.altering = False  # the event's statement is an ALTER TABLE
 
 
-_STATE = _ThreadClock()
+class _PerThread(threading.local):
+    # One attribute holding a plain object: replay freezes the clock once per event, and
+    # setting a slot costs a tenth of setting an attribute of a thread-local.
+    def __init__(self) -> None:
+        self.clock = _Clock()
+
+
+_THREAD = _PerThread()
 
 
 class _FrozenVFS(apsw.VFS):
@@ -138,10 +150,10 @@ class _FrozenVFS(apsw.VFS):
         super().__init__(FROZEN_VFS, "")
 
     def xCurrentTimeInt64(self) -> int:
-        return _STATE.millis + _JULIAN_EPOCH_MS
+        return _THREAD.clock.millis + _JULIAN_EPOCH_MS
 
     def xCurrentTime(self) -> float:
-        return (_STATE.millis + _JULIAN_EPOCH_MS) / 86400000.0
+        return (_THREAD.clock.millis + _JULIAN_EPOCH_MS) / 86400000.0
 
 
 _VFS: _FrozenVFS | None = None
@@ -157,17 +169,19 @@ def _ensure_vfs() -> None:
 
 def freeze(millis: int, seed: str) -> None:
     """Freeze this thread's SQLite clock and seed its randomness (one event's worth)."""
-    _STATE.millis = millis
-    _STATE.seed = seed.encode()
-    _STATE.counter = 0
-    _STATE.denied = None
-    _STATE.ticks = 0
-    _STATE.altering = False
+    state = _THREAD.clock
+    state.millis = millis
+    state.seed = seed
+    state.counter = 0
+    state.denied = None
+    state.ticks = 0
+    state.altering = False
 
 
 def _next_block() -> bytes:
-    _STATE.counter += 1
-    return xxhash.xxh3_128_digest(_STATE.seed + _STATE.counter.to_bytes(8, "little"))
+    state = _THREAD.clock
+    state.counter += 1
+    return xxhash.xxh3_128_digest(state.seed.encode() + state.counter.to_bytes(8, "little"))
 
 
 def _random() -> int:
@@ -179,14 +193,15 @@ def _randomblob(n: object) -> bytes:
     if size > MAX_VALUE_BYTES:
         reason = (f"randomblob({n}) asks for more than {MAX_VALUE_BYTES} bytes, the length "
                   "limit of a value in an event")
-        _STATE.denied = _STATE.denied or reason
+        _THREAD.clock.denied = _THREAD.clock.denied or reason
         raise apsw.TooBigError(reason)
     # The same bytes as drawing block after block (xxh3-128 of seed + counter, 16 bytes
     # each, joined, cut to size), hashed a chunk of counters at a time in C-level loops.
-    first = _STATE.counter + 1
-    last = _STATE.counter + -(-size // _BLOCK)
-    _STATE.counter = last
-    block = functools.partial(struct.Struct(f"<{len(_STATE.seed)}sQ").pack, _STATE.seed)
+    first = _THREAD.clock.counter + 1
+    last = _THREAD.clock.counter + -(-size // _BLOCK)
+    _THREAD.clock.counter = last
+    seed = _THREAD.clock.seed.encode()
+    block = functools.partial(struct.Struct(f"<{len(seed)}sQ").pack, seed)
     out = bytearray()
     for start in range(first, last + 1, _CHUNK_BLOCKS):
         stop = min(start + _CHUNK_BLOCKS, last + 1)
@@ -232,7 +247,7 @@ _heap_limited = False
 
 
 def _progress() -> bool:
-    state = _STATE
+    state = _THREAD.clock
     state.ticks += 1
     if state.ticks < _MAX_TICKS:
         return False
@@ -252,7 +267,7 @@ def _install_bounds(conn: apsw.Connection) -> None:
 
 
 def take_denial() -> str | None:
-    reason, _STATE.denied = _STATE.denied, None
+    reason, _THREAD.clock.denied = _THREAD.clock.denied, None
     return reason
 
 
@@ -261,15 +276,15 @@ def _authorizer(op: int, p1: str | None, p2: str | None, db: str | None,
     reason = _refusal(op, p1, p2, db)
     if reason is None:
         return apsw.SQLITE_OK
-    _STATE.denied = reason
+    _THREAD.clock.denied = reason
     return apsw.SQLITE_DENY
 
 
 def _refusal(op: int, p1: str | None, p2: str | None, db: str | None) -> str | None:
     """Why an event may not do this, or None. Called by SQLite while it compiles."""
     if op == apsw.SQLITE_ALTER_TABLE:
-        _STATE.altering = True  # an event is one statement: this one, until the next freeze
-    elif _STATE.altering and db == "temp" and (p1 or "").lower() in _TEMP_SCHEMA_TABLES \
+        _THREAD.clock.altering = True  # an event is one statement: this one, until the next freeze
+    elif _THREAD.clock.altering and db == "temp" and (p1 or "").lower() in _TEMP_SCHEMA_TABLES \
             and op in (apsw.SQLITE_READ, apsw.SQLITE_UPDATE):
         # ALTER TABLE ... RENAME rewrites the TEMP schema as well as the main one; nothing
         # can be in it (every CREATE TEMP is refused), so that rewrite changes nothing.
@@ -345,10 +360,17 @@ def describe_failure(exc: apsw.Error) -> str:
 
 
 def _watch_rowids(op: int, db: str, table: str, rowid: int) -> None:
+    if rowid == MAX_ROWID:
+        refuse_max_rowid(table)
+
+
+def refuse_max_rowid(table: str) -> None:
+    """Refuse the statement that wrote rowid 2^63-1 into `table` (reported after its rows
+    are written; the event fails). A connection given its own update hook calls this."""
     # A rowid table whose largest rowid is 2^63-1 gets the rowids of later inserts that
     # name none from SQLite's process-wide random generator; no row may ever take it.
-    if rowid == _MAX_ROWID and _STATE.denied is None:
-        _STATE.denied = (
+    if _THREAD.clock.denied is None:
+        _THREAD.clock.denied = (
             f"rowid 9223372036854775807 (2^63-1) in table {table} is not allowed: once a "
             "table holds it, SQLite picks the rowid of every insert that names none at random")
 
@@ -383,7 +405,7 @@ def _date_function(name: str) -> Callable[..., Any]:
                 reason = (f"{name}() with the {text.strip()!r} modifier is not allowed: it "
                           "converts with the host's time zone (TZ), so the world would depend "
                           "on where it was built; the frozen clock is UTC")
-                _STATE.denied = reason
+                _THREAD.clock.denied = reason
                 raise apsw.SQLError(reason)
         query = queries.get(len(args)) or f"SELECT {name}({', '.join('?' * len(args))})"
         for (value,) in _builtin_dates().execute(query, args):

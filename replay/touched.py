@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import apsw
 
+from replay.sqlite import MAX_ROWID, refuse_max_rowid
+
 Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
 
 # Row writes: p1 names the table written (by the statement or a trigger it fires).
@@ -27,13 +29,63 @@ _HARMLESS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_FUNCTIO
 _MEMO_LIMIT = 4096  # distinct SQL texts remembered per service; forgetting is always safe
 
 
+ROWIDS_PER_TABLE = 65536  # rowids remembered per table a day; past that, re-read it all
+
+
 @dataclass(slots=True)
 class DayChanges:
-    """What the current day wrote. A service mapped to None may have changed anywhere."""
+    """What the current day wrote. A service mapped to None may have changed anywhere.
+
+    ``rows`` holds, per service and table (as declared), the rowids SQLite's update hook
+    reported written (``TOO_MANY_ROWS``: more than ROWIDS_PER_TABLE). It narrows which rows
+    of a rowid table to read again, never which tables: SQLite does not report every change
+    (REPLACE's deletions, the truncate optimisation), so a reader checks the row count too.
+    """
 
     services: dict[str, set[str] | None] = field(default_factory=dict)
     files: set[str] = field(default_factory=set)
     apps: bool = False
+    rows: dict[str, dict[str, set[int]]] = field(default_factory=dict)
+
+
+class _TooManyRows(set[int]):
+    """Stands for a table's rowids once there are too many to keep: adds nothing."""
+
+    def add(self, element: int) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return ROWIDS_PER_TABLE
+
+
+TOO_MANY_ROWS: set[int] = _TooManyRows()
+
+
+class RowTracker:
+    """The update hook of one service's connection: notes each rowid written into the
+    current day's ``DayChanges.rows`` (``follow`` points it at a new day's)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, service: str, changes: DayChanges) -> None:
+        self._rows: dict[str, set[int]] = {}
+        self.follow(service, changes)
+
+    def follow(self, service: str, changes: DayChanges) -> None:
+        self._rows = changes.rows.setdefault(service, {})
+
+    def written(self, _op: int, _db: str, table: str, rowid: int) -> None:
+        # Called by SQLite for every row written: kept to a lookup and an add. It replaces
+        # the event guards' own hook, so it keeps that hook's one check.
+        if rowid == MAX_ROWID:
+            refuse_max_rowid(table)
+        found = self._rows.get(table)
+        if found is None:
+            self._rows[table] = {rowid}
+        elif len(found) < ROWIDS_PER_TABLE:
+            found.add(rowid)
+        else:
+            self._rows[table] = TOO_MANY_ROWS
 
 
 class WriteLog:

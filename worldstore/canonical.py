@@ -8,6 +8,7 @@ equal bytes; any change gives different bytes. Digests are xxh3-128, hex.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -16,9 +17,20 @@ import xxhash
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 
 
-def canonical_bytes(obj: Any) -> bytes:
-    """Encode `obj` (dicts, lists, scalars, Structs) the one way that is hashed."""
-    return _ENCODER.encode(obj)
+# Encode an object (dicts, lists, scalars, Structs) the one way that is hashed. The
+# encoder's own method, not a wrapper: per-day hashing encodes rows one at a time.
+canonical_bytes: Callable[[Any], bytes] = _ENCODER.encode
+
+
+def array_header(length: int) -> bytes:
+    """The bytes that open a MessagePack array of `length` items: ``canonical_bytes`` of a
+    list is this followed by each item's ``canonical_bytes``, so a list's encoding can be
+    assembled from its items' (per-day hashing keeps rows encoded one by one)."""
+    if length < 16:
+        return bytes((0x90 | length,))
+    if length < 1 << 16:
+        return b"\xdc" + length.to_bytes(2, "big")
+    return b"\xdd" + length.to_bytes(4, "big")
 
 
 def digest(data: bytes) -> str:
