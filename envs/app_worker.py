@@ -230,8 +230,9 @@ class _Worker:
             return {"ok": False, "error": f"the code's app serves {app.service!r}, "
                                           f"not {service!r}"}
         app.source = code
-        try:
-            self.tools = compile_app(app)
+        try:  # an app that builds its own tools (the AWM adapter: one per route) says how
+            compile_tools = getattr(app, "compile_tools", None)
+            self.tools = compile_tools() if callable(compile_tools) else compile_app(app)
         except Exception as exc:
             return {"ok": False, "error": _describe(exc)}
         left = left_running()

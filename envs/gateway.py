@@ -3,7 +3,9 @@
 Agents (or the trainer that drives them) create instances over a small JSON API and talk
 to each instance's MCP server over streamable HTTP::
 
-    POST   /instances               {"world": "lars@7" | <world hash>, "mode": "tools"|"meta"}
+    POST   /instances               {"world": "lars@7" | <world hash>, "mode": "tools"|"meta",
+                                     "bare_names": false|true (tools without the service
+                                     prefix: AWM's operation_id names)}
                                     -> 201 {id, world_hash, persona, day, mode, mcp_url,
                                             tools (the environment's tool count), ...}
     GET    /instances               {"instances": [info, ...]}
@@ -133,6 +135,7 @@ class _Hosted:
         now = time.monotonic()
         return {"id": self.id, "world_hash": record.world_hash, "persona": record.persona,
                 "day": record.day, "mode": self.mode, "mcp_url": self.mcp_url,
+                "bare_names": self.instance.bare_names,
                 "tools": len(self.instance.list_tools()),
                 "episode_id": self.instance.episode.episode_id,
                 "calls": len(self.instance.episode.calls), "calls_total": self.calls_total,
@@ -421,13 +424,16 @@ class Gateway:
 
     async def _create(self, receive: Receive) -> _Hosted:
         request = _json_body(await _read_body(receive))
-        unknown = sorted(set(request) - {"world", "mode"})
+        unknown = sorted(set(request) - {"world", "mode", "bare_names"})
         if unknown:
             raise _HttpError(400, f"unknown field(s) {', '.join(unknown)}: the body is "
                                   '{"world": "persona@day" or a world hash, "mode": '
-                                  '"tools" or "meta"}')
+                                  '"tools" or "meta", "bare_names": true or false}')
         world = _world_ref(request.get("world"))
         mode = _mode(request.get("mode", self.mode))
+        bare_names = request.get("bare_names")
+        if bare_names is not None and not isinstance(bare_names, bool):
+            raise _HttpError(400, f"bare_names must be true or false, not {_shown(bare_names)}")
         if len(self.instances) + self._pending >= self.max_instances:
             raise _HttpError(429, f"the gateway already holds its maximum of "
                                   f"{self.max_instances} instances: DELETE one, or wait for "
@@ -435,7 +441,7 @@ class Gateway:
         self._pending += 1
         try:
             try:
-                hosted = await asyncio.to_thread(self._open, world, mode)
+                hosted = await asyncio.to_thread(self._open, world, mode, bare_names)
             except WorldError as exc:
                 raise _HttpError(_status_of(exc), str(exc)) from None
             try:
@@ -448,10 +454,10 @@ class Gateway:
             self._pending -= 1
         return hosted
 
-    def _open(self, world: str, mode: Mode) -> _Hosted:
+    def _open(self, world: str, mode: Mode, bare_names: bool | None = None) -> _Hosted:
         # One open at a time: a first open may build and cache the snapshot.
         with self._open_lock:
-            instance = self.environment.open(world)
+            instance = self.environment.open(world, bare_names=bare_names)
         try:
             return _Hosted(instance, mode, self.call_timeout, self._workers)
         except BaseException:

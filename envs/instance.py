@@ -17,6 +17,7 @@ join the episode. MCP servers (``envs.mcp``) call this dispatch; nothing else si
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import threading
@@ -92,6 +93,22 @@ def _tool_table(apps: list[App | RemoteApp]) -> _ToolTable:
     return found[1]
 
 
+def _bare_table(table: _ToolTable) -> _ToolTable:
+    """The same tools under their bare names (``search_channels``, not
+    ``awm_search_channels``: what agents trained on AWM's servers call them)."""
+    tools: dict[str, CompiledTool | RemoteTool] = {}
+    for full, tool in table.tools.items():
+        bare = tool.spec.name
+        if bare in tools:
+            raise AppPinError(f"bare tool names need unique names: {bare!r} is a tool of "
+                              f"service {tools[bare].spec.service!r} and of "
+                              f"{tool.spec.service!r} ({full})")
+        tools[bare] = tool
+    infos = [dataclasses.replace(t.info, name=n) for n, t in sorted(tools.items())]
+    return _ToolTable(dict(sorted(tools.items())), {n: t.spec for n, t in tools.items()},
+                      infos)
+
+
 def _build_table(apps: list[App | RemoteApp]) -> _ToolTable:
     tools: dict[str, CompiledTool | RemoteTool] = {}
     for app in sorted(apps, key=lambda a: a.service):
@@ -106,15 +123,20 @@ class Environment:
 
     def __init__(self, worlds: Worlds, apps: dict[str, App] | None = None, *,
                  check_pins: bool = True, lazy: bool = True,
-                 workspace_limits: WorkspaceLimits | None = None) -> None:
+                 workspace_limits: WorkspaceLimits | None = None,
+                 bare_names: bool = False) -> None:
         """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
         pins are ignored and `apps` serve its services by name (for testing other code
         against a world; never for training data). Instances are lazy mounts by default:
         opening one copies nothing, a service's database is copied on its first write and
         the workspace on the first shell command (``lazy=False`` copies all at open).
         `workspace_limits` are the quotas of every instance's workspace (see
-        ``envs.workspace.WorkspaceLimits`` for the defaults)."""
+        ``envs.workspace.WorkspaceLimits`` for the defaults). With ``bare_names=True``
+        instances name their tools without the service prefix (``search_channels``: the
+        ``operation_id`` names AWM-trained agents expect; ``open`` can say otherwise per
+        instance), in the tool list and in meta-tool mode alike."""
         self.worlds = worlds
+        self.bare_names = bare_names
         self.workspace_limits = workspace_limits or WorkspaceLimits()
         self.apps = dict(SHIPPED if apps is None else apps)
         self.check_pins = check_pins
@@ -136,7 +158,9 @@ class Environment:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def open(self, ref: str) -> Instance:
+    def open(self, ref: str, *, bare_names: bool | None = None) -> Instance:
+        """An instance of `ref`; `bare_names` (default: the environment's) names its tools
+        without their service prefix."""
         record = self.worlds.record(ref)
         mount = self.worlds.mount(record.world_hash, lazy=self.lazy)
         try:
@@ -144,8 +168,13 @@ class Environment:
         except AppPinError:
             mount.close()
             raise
-        return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}",
-                        workspace_limits=self.workspace_limits)
+        try:
+            return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}",
+                            workspace_limits=self.workspace_limits,
+                            bare_names=self.bare_names if bare_names is None else bare_names)
+        except AppPinError:
+            mount.close()
+            raise
 
     def _apps_for(self, mount: Mount) -> list[App | RemoteApp]:
         """The apps serving a world's services. A service the world pins must be served by
@@ -194,9 +223,11 @@ class Instance:
     """One agent's private world. Not for concurrent use by several agents."""
 
     def __init__(self, mount: Mount, record: DayRecord, apps: list[App | RemoteApp], *,
-                 instance_id: str, workspace_limits: WorkspaceLimits | None = None) -> None:
+                 instance_id: str, workspace_limits: WorkspaceLimits | None = None,
+                 bare_names: bool = False) -> None:
         """`workspace_limits` (default ``WorkspaceLimits()``) bound what shell calls may
-        leave; each is raised to what the snapshot itself holds."""
+        leave; each is raised to what the snapshot itself holds. `bare_names`: tools are
+        named without their service prefix (refused if two services share a name)."""
         self.mount = mount
         self.workspace_limits = (workspace_limits or WorkspaceLimits()).covering(
             mount.manifest)
@@ -204,6 +235,9 @@ class Instance:
         self.record = record
         self.instance_id = instance_id
         table = _tool_table(apps)
+        if bare_names:
+            table = _bare_table(table)
+        self.bare_names = bare_names
         self._tools = table.tools
         self.tools: dict[str, ToolSpec] = table.specs
         self._infos = table.infos

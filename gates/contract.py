@@ -29,8 +29,15 @@ class Subtask(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     interface: Interface
 
 
+Artifact = Literal["solution", "hint", "rubric"]  # what a task may declare absent
+
+
 class TaskSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """``task.json`` of a task folder."""
+    """``task.json`` of a task folder.
+
+    ``absent`` names the artifacts the task does not have (an imported task: AWM ships no
+    reference solution, hint or rubric); their files must then not exist, and every other
+    one must. ``source`` says where an imported task came from (file and line)."""
 
     task_id: str
     instruction: str
@@ -39,6 +46,8 @@ class TaskSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     interfaces: list[Interface]
     difficulty: Difficulty
     subtasks: list[Subtask]
+    absent: list[Artifact] = []
+    source: str = ""
 
 
 class ToolStep(msgspec.Struct, frozen=True, tag="tool", tag_field="kind",
@@ -94,6 +103,9 @@ class ScriptResult(msgspec.Struct, frozen=True):
     seconds: float
     stdout_tail: str = ""
     stderr_tail: str = ""
+    # What the script reported besides its checks ("evidence" of its RESULT_JSON object):
+    # for the code-augmented judge, e.g. an AWM sql-mode verifier's findings.
+    evidence: dict[str, Any] = {}
 
 
 class Verdict(msgspec.Struct, frozen=True):

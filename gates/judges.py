@@ -71,6 +71,7 @@ MAX_FILES = 500
 MAX_QUERY_STEPS = 5_000_000  # SQLite VM instructions: bounds a query without a clock
 _STEP_CHUNK = 1000
 OBSERVATION_CHARS = 400  # of each tool result, in the rendered trajectory
+EVIDENCE_CHARS = 12000  # of each verifier script's evidence, in the judge's prompt
 REASONING_CHARS = 300
 
 
@@ -108,8 +109,10 @@ attempt as exactly one of:
 The verifier's checks come from code that compared the initial and the final world: trust \
 them for the facts they check, since code is not fooled by a record that only looks right. \
 A check can still be wrong when the agent reached the goal another valid way (a transient \
-tool error it recovered from, an action that was already done). Reply with only a JSON \
-object: {{"verdict": "<one of the classes>", "reasoning": "<why, citing evidence>"}}."""
+tool error it recovered from, an action that was already done). Evidence a verifier \
+reports (facts its code read from both worlds, with success and failure criteria) is to be \
+classified by those criteria. Reply with only a JSON object: \
+{{"verdict": "<one of the classes>", "reasoning": "<why, citing evidence>"}}."""
 
 AGENT_JUDGE_PROMPT = f"""\
 You judge an agent's attempt at a task on a simulated personal computer by inspecting the \
@@ -470,6 +473,11 @@ def render_verdict(verdict: Verdict) -> str:
     lines = [f"V = {int(verdict.passed)} ({verdict.satisfied}/{verdict.n} checks pass)"]
     lines += [f"- [{'x' if c.passed else ' '}] {c.script}: {c.name}" for c in verdict.checks]
     lines += [f"- error: {e}" for e in verdict.errors]
+    for script in verdict.scripts:
+        if script.evidence:
+            shown = json.dumps(script.evidence, indent=1, sort_keys=True, default=str,
+                               ensure_ascii=False)
+            lines += [f"Evidence from {script.script}:", _bounded(shown, EVIDENCE_CHARS)]
     return "\n".join(lines)
 
 
@@ -477,7 +485,8 @@ def render_verdict(verdict: Verdict) -> str:
 
 
 def _case(task: Task, trajectory: Trajectory, verdict: Verdict | None) -> str:
-    parts = [f"## Task\n{task.spec.instruction}", f"## Rubric\n{task.rubric.strip()}",
+    rubric = task.rubric.strip() or "(none: the task has no rubric)"
+    parts = [f"## Task\n{task.spec.instruction}", f"## Rubric\n{rubric}",
              f"## Trajectory\n{render_trajectory(trajectory)}"]
     if verdict is not None:
         parts.append(f"## Verifier\n{render_verdict(verdict)}")

@@ -17,6 +17,14 @@ sees why and can recover. Such a turn is a ``ToolStep`` naming the tool as the m
 wrote it. Argument errors the instance itself finds (schema, refusals) come back from the
 instance as error results.
 
+Meta-tool mode (``mode="meta"``, AWM's protocol): the model is offered only AWM's two
+meta-tools and ``answer``: ``list_tools`` (every tool's name, description and input
+schema, as JSON) and ``call_tool(tool_name, arguments)``, which calls the named tool on the
+instance (``arguments`` a JSON object or its text). Their turns are ``ToolStep``s named
+``list_tools`` and ``call_tool`` with the arguments as the model wrote them, so
+``gates.rewards.awm_steps`` reads them as AWM steps; nothing enforces AWM's format rules
+here (``list_tools`` once and first): the format validator judges them afterwards.
+
 Unrecoverable format failure (``Trajectory.format_error``, ``stopped="format_error"``):
 ``MAX_INVALID_STEPS`` steps in a row in which no call could be executed (no call at all,
 unknown tools, unparsable arguments). Running out of steps is ``stopped="step_limit"``.
@@ -29,7 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from envs.contract import ToolInfo
 from envs.instance import Instance
@@ -49,6 +57,8 @@ from worldstore.errors import ConfigError
 
 SHELL = "shell"
 ANSWER = "answer"
+LIST_TOOLS, CALL_TOOL = "list_tools", "call_tool"
+Mode = Literal["tools", "meta"]
 MAX_INVALID_STEPS = 3
 OBSERVATION_LIMIT = 8000  # characters of one tool result the model is shown
 
@@ -61,6 +71,13 @@ service. You act only through the tools offered:
 Before each tool call, think step by step inside <thinking>...</thinking>. Do exactly what \
 the task asks, nothing more, and check your work before you answer."""
 
+META_SYSTEM_PROMPT = """\
+You are an agent working in a user's application environment; the user is logged in. You \
+act only through the tools offered: `list_tools` lists the environment's tools (call it \
+once, first), `call_tool` calls one of them by name with JSON arguments, and `answer` \
+gives your final answer and ends the task. Before each tool call, think step by step \
+inside <thinking>...</thinking>. Do exactly what the task asks, nothing more."""
+
 NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; when the task "
                  "is done, call `answer` with your final answer.")
 
@@ -72,6 +89,15 @@ SHELL_TOOL = function_tool(SHELL, "Run a bash command in the workspace folder (s
 ANSWER_TOOL = function_tool(ANSWER, "Give the final answer and end the task.",
                             object_parameters({"text": {"type": "string",
                                                         "description": "Your final answer."}}))
+LIST_TOOLS_TOOL = function_tool(
+    LIST_TOOLS, "List every tool of this environment: name, description and input schema. "
+                "Call it once, first.", {"type": "object", "properties": {}})
+CALL_TOOL_TOOL = function_tool(
+    CALL_TOOL, "Call one tool of this environment by name with JSON arguments.",
+    object_parameters({
+        "tool_name": {"type": "string", "description": "A name returned by list_tools"},
+        "arguments": {"type": ["object", "string"],
+                      "description": "The tool's arguments: a JSON object (or its JSON text)"}}))
 
 
 class LLMAgent:
@@ -79,7 +105,7 @@ class LLMAgent:
 
     def __init__(self, client: LLMClient, *, window: int = 10, max_steps: int = 20,
                  name: str | None = None, system_prompt: str = SYSTEM_PROMPT,
-                 max_tokens: int = 2048) -> None:
+                 max_tokens: int = 2048, mode: Mode = "tools") -> None:
         if window < 1:
             raise ConfigError(f"LLMAgent window must be at least 1, not {window}")
         if max_steps < 1:
@@ -88,7 +114,11 @@ class LLMAgent:
         self.window = window
         self.max_steps = max_steps
         self.name = name or f"llm:{client.model or 'none'}"
-        self.system_prompt = system_prompt
+        if mode not in ("tools", "meta"):
+            raise ConfigError(f"LLMAgent mode must be 'tools' or 'meta', not {mode!r}")
+        self.mode: Mode = mode
+        self.system_prompt = META_SYSTEM_PROMPT if mode == "meta" and \
+            system_prompt == SYSTEM_PROMPT else system_prompt
         self.max_tokens = max_tokens
 
     def run(self, instance: Instance, task: Task, *, hinted: bool) -> Trajectory:
@@ -110,6 +140,9 @@ class _Rollout:
         infos = self.instance.list_tools()
         tools = [*(_mcp_tool(t) for t in infos), SHELL_TOOL, ANSWER_TOOL]
         known = {t.name for t in infos} | {SHELL, ANSWER}
+        if self.agent.mode == "meta":
+            tools, known = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL], {
+                LIST_TOOLS, CALL_TOOL, ANSWER}
         for _ in range(self.agent.max_steps):
             completion = self.agent.client.complete(
                 self._context(), tools=tools, temperature=0.0,
@@ -150,8 +183,10 @@ class _Rollout:
                 self.trajectory.answer = turn.step.text
                 self.trajectory.stopped = "answer"
                 return True
+            # The catalogue is shown whole: a cut one would hide tools from the model.
+            whole = self.agent.mode == "meta" and turn.step == ToolStep(tool=LIST_TOOLS)
             messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": _shown(turn)})
+                             "content": turn.observation if whole else _shown(turn)})
         self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
         return False
 
@@ -165,7 +200,32 @@ class _Rollout:
                                  observation=f"Not executed: {step_or_problem}",
                                  is_error=True, reasoning=reasoning)
             return refused, False
+        if isinstance(step_or_problem, ToolStep) and self.agent.mode == "meta":
+            return self._meta(index, step_or_problem, reasoning)
         return take_step(self.instance, index, step_or_problem, reasoning), True
+
+    def _meta(self, index: int, step: ToolStep, reasoning: str) -> tuple[TurnRecord, bool]:
+        """A meta-tool turn: the catalogue, or the named tool's call on the instance."""
+        if step.tool == LIST_TOOLS:
+            listed = [{"name": t.name, "description": t.description,
+                       "input_schema": t.input_schema} for t in self.instance.list_tools()]
+            return TurnRecord(index=index, step=step, observation=json.dumps(listed),
+                              reasoning=reasoning), True
+        name, raw = step.arguments.get("tool_name"), step.arguments.get("arguments", {})
+        try:
+            arguments = json.loads(raw or "{}") if isinstance(raw, str) else raw
+        except json.JSONDecodeError as exc:
+            arguments = f"arguments are not valid JSON: {exc}"
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            problem = (f"call_tool needs a 'tool_name' string, got {name!r}"
+                       if not isinstance(name, str) else arguments
+                       if isinstance(arguments, str) else "arguments must be a JSON object")
+            self.last_problem = problem
+            return TurnRecord(index=index, step=step, observation=f"Not executed: {problem}",
+                              is_error=True, reasoning=reasoning), False
+        result = self.instance.call_tool(name, arguments)
+        return TurnRecord(index=index, step=step, observation=result.text,
+                          is_error=result.is_error, reasoning=reasoning), True
 
 
 def _parse_call(call: ToolCall, known: set[str]) -> Step | str:
@@ -223,5 +283,6 @@ def _shown(turn: TurnRecord) -> str:
     return f"[error] {text}" if turn.is_error else (text or "(no output)")
 
 
-__all__ = ["ANSWER", "ANSWER_TOOL", "MAX_INVALID_STEPS", "SHELL", "SHELL_TOOL",
-           "SYSTEM_PROMPT", "LLMAgent"]
+__all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "LIST_TOOLS",
+           "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS", "META_SYSTEM_PROMPT", "SHELL",
+           "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent"]

@@ -140,6 +140,9 @@ def initially_unsatisfied(env: Environment, task: Task) -> GateResult:
                 "errors": verdict.errors}
     if verdict.is_error:
         return GateResult(gate, "failed", "verifier_error", evidence)
+    if not verdict.checks:  # evidence-only scripts (AWM sql mode): only a judge decides
+        return GateResult(gate, "not_run", "the verifier only collects evidence for the "
+                                           "code-augmented judge; V needs a judge", evidence)
     if verdict.passed:
         return GateResult(gate, "failed", "satisfied_at_W0", evidence)
     return GateResult(gate, "passed", f"V(W0, W0, '') = 0 ({verdict.satisfied}/{verdict.n} "
@@ -298,7 +301,10 @@ def apply_gates(run: GateRun, task: Task) -> tuple[list[GateResult], list[Rollou
     if results[GATES[1]].status != "failed":
         say(f"{task.task_id}: rollouts")
         rollouts = run.rollouts(task)
-        steps: list[tuple[str, Callable[[], GateResult]]] = [
+        if not rollouts:
+            why = no_rollouts_reason(task)
+            results.update((g, GateResult(g, "not_run", why)) for g in GATES if g != GATES[1])
+        steps: list[tuple[str, Callable[[], GateResult]]] = [] if not rollouts else [
             (GATES[0], lambda: judge_consistency(task, rollouts, run.judges)),
             (GATES[2], lambda: solvability(task, rollouts)),
             (GATES[3], lambda: difficulty(rollouts, run.config)),
@@ -326,6 +332,15 @@ def check_task(run: GateRun, task: Task) -> GateReport:
         results, _rollouts, label = apply_gates(run, current)
         rounds.append(results)
         failed = next((r for r in results if r.status == "failed"), None)
+        undecided = [r for r in results if r.gate in UNDECIDED_WITHOUT
+                     and r.status == "not_run"]
+        if failed is None and undecided:
+            # Solvability and difficulty decide whether a task is worth training on: a
+            # task they did not judge is not accepted (nor rejected: it is undecided).
+            notes.append(f"undecided: {', '.join(r.gate for r in undecided)} not run (see "
+                         "why above); the task is not accepted until they run")
+            return GateReport(task_id=task.task_id, accepted=False, rounds=rounds,
+                              notes=notes)
         if failed is None:
             not_run = [r.gate for r in results if r.status == "not_run"]
             if not_run:
@@ -344,6 +359,19 @@ def check_task(run: GateRun, task: Task) -> GateReport:
             break
         current = revised
     return GateReport(task_id=task.task_id, accepted=False, rounds=rounds, notes=notes)
+
+
+# Without these the gates cannot say a task is worth training on.
+UNDECIDED_WITHOUT = (GATES[2], GATES[3])
+
+
+def no_rollouts_reason(task: Task) -> str:
+    """Why a task got no rollouts, for the gates that need them."""
+    if task.lacks("solution"):
+        return ("no rollouts: no reference solution (the task's source ships none), so no "
+                "scripted rollout can attempt it; gates 1, 3-5 need model rollouts "
+                "(--agent llm:MODEL or --rollouts FILE)")
+    return "no rollouts of this task were given"
 
 
 def failure_detail(result: GateResult) -> str | None:
@@ -433,7 +461,8 @@ _DETAILS: dict[str, Callable[[dict[str, Any]], str]] = {
 def render_report(report: GateReport) -> str:
     skipped = [r.gate for r in report.rounds[-1] if r.status == "not_run"] \
         if report.accepted else []
-    head = "ACCEPTED" if report.accepted else "REJECTED"
+    failed = any(r.status == "failed" for r in report.rounds[-1])
+    head = "ACCEPTED" if report.accepted else "REJECTED" if failed else "UNDECIDED"
     if report.difficulty:
         head += f" ({report.difficulty})"
     if skipped:

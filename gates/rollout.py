@@ -122,7 +122,10 @@ SCRIPTED_SET: tuple[tuple[str, bool], ...] = (
 
 
 def scripted_rollouts(env: Environment, task: Task) -> list[Rollout]:
-    """The six default scripted rollouts of a task (no model needed)."""
+    """The six default scripted rollouts of a task (no model needed); none for a task
+    without a reference solution, which the scripted agents replay."""
+    if task.lacks("solution"):
+        return []
     return [run_rollout(env, task, scripted(name), hinted=hinted, index=i)
             for i, (name, hinted) in enumerate(SCRIPTED_SET)]
 

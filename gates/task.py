@@ -8,6 +8,11 @@ A task is a folder::
     hint.md          the hint given to hinted rollouts
     solution.json    the reference solution (gates.contract.Solution): tool calls, shell
                      commands and a final answer, in order
+
+An imported task may lack the last three (AWM ships none): ``task.json`` then lists them
+in ``absent`` and their files must not exist. A task without a solution has no scripted
+rollouts (the gates that need rollouts, 1 and 3-5, then need a model's), one without a
+hint gives hinted rollouts the bare instruction, one without a rubric is judged without.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from gates.contract import AnswerStep, Interface, ShellStep, Solution, TaskSpec, ToolStep
+from gates.contract import (
+    AnswerStep,
+    Artifact,
+    Interface,
+    ShellStep,
+    Solution,
+    TaskSpec,
+    ToolStep,
+)
 from gates.errors import TaskError
 from worldstore.jsonfile import decode_json_file
 
@@ -48,9 +61,14 @@ class Task:
     def task_id(self) -> str:
         return self.spec.task_id
 
+    def lacks(self, artifact: Artifact) -> bool:
+        """Whether the task declares it has no such artifact (``task.json`` ``absent``)."""
+        return artifact in self.spec.absent
+
     def instruction(self, *, hinted: bool) -> str:
-        """What the agent is told: the instruction, plus the hint for hinted rollouts."""
-        if not hinted:
+        """What the agent is told: the instruction, plus the hint for hinted rollouts (a
+        task without a hint gives every rollout the bare instruction)."""
+        if not hinted or not self.hint:
             return self.spec.instruction
         return f"{self.spec.instruction}\n\nHint: {self.hint}"
 
@@ -62,12 +80,17 @@ def load_task(path: str | Path) -> Task:
         raise TaskError("not a task folder (no such directory)", file=str(root))
     spec = decode_json_file(root / SPEC_FILE, TaskSpec, TaskError)
     _check_spec(root / SPEC_FILE, spec)
-    solution = decode_json_file(root / SOLUTION_FILE, Solution, TaskError)
-    _check_solution(root / SOLUTION_FILE, solution, spec)
+    _check_absent(root, spec)
+    if "solution" in spec.absent:
+        solution = Solution(steps=[])
+    else:
+        solution = decode_json_file(root / SOLUTION_FILE, Solution, TaskError)
+        _check_solution(root / SOLUTION_FILE, solution, spec)
     verifier_dir = root / VERIFIER_DIR
     return Task(path=root, spec=spec, verifier_dir=verifier_dir,
                 scripts=_verifier_scripts(verifier_dir),
-                rubric=_text(root / RUBRIC_FILE), hint=_text(root / HINT_FILE),
+                rubric="" if "rubric" in spec.absent else _text(root / RUBRIC_FILE),
+                hint="" if "hint" in spec.absent else _text(root / HINT_FILE),
                 solution=solution)
 
 
@@ -111,6 +134,21 @@ def _check_spec(file: Path, spec: TaskSpec) -> None:
     unused = sorted(set(spec.interfaces) - {s.interface for s in spec.subtasks})
     if unused:
         raise bad(f"declares {unused} but no subtask uses it", "interfaces")
+
+
+_ARTIFACT_FILES: dict[Artifact, str] = {
+    "solution": SOLUTION_FILE, "hint": HINT_FILE, "rubric": RUBRIC_FILE}
+
+
+def _check_absent(root: Path, spec: TaskSpec) -> None:
+    """An artifact the spec declares absent must have no file (one or the other is wrong)."""
+    if len(set(spec.absent)) != len(spec.absent):
+        raise TaskError("lists an artifact twice", file=str(root / SPEC_FILE), field="absent")
+    for artifact in spec.absent:
+        file = root / _ARTIFACT_FILES[artifact]
+        if file.exists():
+            raise TaskError(f"exists, but task.json declares the {artifact} absent",
+                            file=str(file))
 
 
 def _check_solution(file: Path, solution: Solution, spec: TaskSpec) -> None:

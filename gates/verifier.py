@@ -499,16 +499,27 @@ def _sandbox_run(shell: ShellResult, stderr: str, limits: Limits) -> ScriptRun:
 def _script_result(name: str, run: ScriptRun, limits: Limits) -> ScriptResult:
     error = _failure(run, limits)
     checks: list[Check] = []
+    evidence: dict[str, Any] = {}
     if error is None:
         try:
-            checks = _checks(name, _verdict_object(run.stdout).get("checks"))
+            doc = _verdict_object(run.stdout)
+            evidence = _evidence(doc.get("evidence", {}))
+            # An evidence-only script (an AWM sql-mode verifier) checks nothing itself:
+            # the code-augmented judge classifies its evidence.
+            checks = _checks(name, doc.get("checks"), allow_empty=bool(evidence))
         except _BadOutput as exc:
-            error = str(exc)
+            error, evidence = str(exc), {}
     return ScriptResult(
         script=name, checks=checks,
         error=None if error is None else f"verifier script {name}: {error}",
         exit_code=run.exit_code, seconds=run.seconds,
-        stdout_tail=_tail(run.stdout), stderr_tail=_tail(run.stderr))
+        stdout_tail=_tail(run.stdout), stderr_tail=_tail(run.stderr), evidence=evidence)
+
+
+def _evidence(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise _BadOutput(f'"evidence" must be an object, not {_preview(raw)}')
+    return raw
 
 
 def _unjudged(name: str, shell: ShellResult, whole: Limits, damage: list[str],

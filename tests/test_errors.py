@@ -26,7 +26,7 @@ from worldstore.errors import WorldError
 PROJECT = Path(__file__).resolve().parent.parent
 # Every project package there is (eval, say, once it exists).
 PACKAGES = [name for name in ("worldstore", "replay", "packs", "envs", "llm", "gates", "synth",
-                              "rl", "eval", "worldctl")
+                              "rl", "eval", "awm", "worldctl")
             if (PROJECT / name / "__init__.py").is_file()]
 # Modules that only run inside another program, and cannot be imported on their own.
 NOT_IMPORTABLE = {

@@ -27,10 +27,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "envs": {"worldstore", "replay"},
     "llm": {"worldstore"},
     "gates": {"worldstore", "replay", "packs", "envs", "llm"},
+    "awm": BELOW_GATES,  # the AWM importer: on grading (its task folders)
     "synth": BELOW_GATES,
     "rl": BELOW_GATES,
     "eval": BELOW_GATES,
-    "worldctl": BELOW_GATES | {"synth", "rl", "eval"},
+    "worldctl": BELOW_GATES | {"synth", "rl", "eval", "awm"},
 }
 PACKAGES = set(MAY_IMPORT)
 ONLY_IN_RL = {"verl", "torch"}

@@ -142,9 +142,12 @@ def check_port_free(host: str, port: int) -> None:
 @click.option("--mode", type=click.Choice(["tools", "meta"]), default="tools",
               show_default=True, help="MCP surface of new instances: every tool, or "
                                       "list_tools/call_tool.")
+@click.option("--bare-names", is_flag=True, default=False,
+              help="Name tools without their service prefix (AWM's operation_id names, "
+                   "as AWM-trained agents expect); a create request can say otherwise.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, token: str | None, max_instances: int,
-          idle_timeout: float, call_timeout: float, mode: str) -> None:
+          idle_timeout: float, call_timeout: float, mode: str, bare_names: bool) -> None:
     """Serve instances of the stored worlds to agents over HTTP.
 
     REST at /instances, MCP (streamable HTTP) at /instances/<id>/mcp.
@@ -159,6 +162,6 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
 
     check_bind(host, token)
     check_port_free(host, port)
-    run_gateway(Environment(worlds(ctx)), host=host, port=port, token=token,
-                max_instances=max_instances, idle_timeout=idle_timeout,
+    run_gateway(Environment(worlds(ctx), bare_names=bare_names), host=host, port=port,
+                token=token, max_instances=max_instances, idle_timeout=idle_timeout,
                 call_timeout=call_timeout, mode=mode)

@@ -47,6 +47,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Row-level and file-level changes from world A to world B."),
     "export": ("worldctl.store", "export",
                "Write a persona's log as interchange JSON Lines to stdout."),
+    "import-awm": ("worldctl.awm", "import_awm_cmd",
+                   "Import AWM environments from DIRECTORY (gen_*.jsonl): one world per "
+                   "scenario."),
     "cache": ("worldctl.cache", "cache",
               "The snapshot cache: what it holds, and pruning it."),
     "episode": ("worldctl.envs", "episode",

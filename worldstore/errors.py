@@ -44,8 +44,14 @@ drawn here exists where the entry says.
     │                                       field
     ├── InspectionRefused       gates       a judge's read-only tool refused a call
     ├── InvalidAnswer           gates       a judge's answer that is not the required JSON
-    └── RewardError             gates       input that has no reward (a verifier error, an
-                                            empty checklist, ...); also a ValueError
+    ├── RewardError             gates       input that has no reward (a verifier error, an
+    │                                       empty checklist, ...); also a ValueError
+    └── AwmError                awm         an AWM import that is refused (an unknown
+        │                                   scenario name, no AWM file); nothing stored
+        ├── AwmFormatError      awm         a file that is not AWM's format; names file and
+        │                                   line; the whole import is refused
+        └── ScenarioRefused     awm         an AWM scenario that cannot be imported; names
+                                            file, line and scenario; nothing stored for it
 
 Outside WorldError on purpose (the root names the foreign base class):
 

@@ -20,7 +20,9 @@ output per script. What a script sees:
 
 A script's verdict is its last stdout line starting with ``RESULT_JSON=``: a JSON object
 whose ``"checks"`` maps each criterion's name to true or false (or is a list of
-``{"name": ..., "passed": ...}``). ``result()`` prints that line and exits 0. Anything
+``{"name": ..., "passed": ...}``); an optional ``"evidence"`` object is kept for the
+code-augmented judge (a script with evidence may have no checks: an AWM sql-mode
+verifier's findings). ``result()`` prints that line and exits 0. Anything
 else (no such line, a non-boolean check, a crash, a timeout) makes the verdict an error,
 never a pass. Every check of every script must hold for the task to count as done.
 
