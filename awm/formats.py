@@ -525,3 +525,9 @@ def _verifier_task_problem(verifier: Verifier, parts: _Parts) -> str | None:
                 f"{TASKS_FILE} (line {parts.origins[TASKS_FILE].line}): it would grade "
                 "another task")
     return None
+
+
+def unverified_tasks(scenario: Scenario) -> list[int]:
+    """The tasks of a scenario with neither a code-mode nor a sql-mode verifier."""
+    return [i for i in range(len(scenario.tasks))
+            if i not in scenario.code_verifiers and i not in scenario.sql_verifiers]

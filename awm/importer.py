@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from awm.errors import AwmError, ScenarioRefused
-from awm.formats import AwmFiles, Origin, Scenario, read_awm_dir
+from awm.formats import AwmFiles, Origin, Scenario, read_awm_dir, unverified_tasks
 from awm.world import (
     AWM_SERVICE,
     Day0,
@@ -57,6 +57,7 @@ class ScenarioReport:
     dropped: tuple[DroppedStatement, ...]
     tools: int
     tasks: tuple[Path, ...] | None = None  # the task folders written (None: not asked)
+    unverified: tuple[int, ...] = ()  # indexes of AWM tasks with no verifier (no folder)
 
     @property
     def tasks_written(self) -> int | None:
@@ -68,7 +69,8 @@ class ScenarioReport:
                 "rows": self.rows, "statements": self.statements,
                 "dropped": [d.as_dict() for d in self.dropped], "tools": self.tools,
                 "tasks_written": self.tasks_written,
-                "tasks": None if self.tasks is None else [str(p) for p in self.tasks]}
+                "tasks": None if self.tasks is None else [str(p) for p in self.tasks],
+                "tasks_without_verifier": list(self.unverified)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +299,7 @@ def _scenario_report(worlds: Worlds, scenario: Scenario, day: Day0, result: DayR
         world_hash=result.world_hash, tables=tuple(rows), rows=rows,
         statements=day.total, dropped=day.dropped,
         tools=route_count(scenario.code) if scenario.code is not None else 0,
-        tasks=written)
+        tasks=written, unverified=tuple(unverified_tasks(scenario)))
 
 
 def row_counts(worlds: Worlds, persona: str, order: Iterable[str] = ()) -> dict[str, int]:

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from awm.errors import AwmError
-from awm.formats import TASKS_FILE, Origin, Scenario, Verifier
+from awm.formats import TASKS_FILE, Origin, Scenario, Verifier, unverified_tasks
 from awm.world import AWM_SERVICE
 from gates.contract import Judgement, Rollout, Solution, Subtask, TaskSpec, ToolStep, to_json
 from gates.errors import RewardError
@@ -115,12 +115,6 @@ def task_id_for(scenario: str, task_idx: int) -> str:
         raise AwmError(f"scenario {scenario!r}: its name gives no task id "
                        "(nothing of [a-z0-9_-] in it)")
     return f"{slug}-task-{task_idx}"
-
-
-def unverified_tasks(scenario: Scenario) -> list[int]:
-    """The tasks of a scenario with neither a code-mode nor a sql-mode verifier."""
-    return [i for i in range(len(scenario.tasks))
-            if i not in scenario.code_verifiers and i not in scenario.sql_verifiers]
 
 
 def write_tasks(scenario: Scenario, *, persona: str, world_hash: str,

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -238,6 +239,11 @@ class _Worker:
         left = left_running()
         if left is not None:
             return {"ok": False, "error": f"loading the code left {left} running"}
+        # What loading made (the code's modules, a web framework, an ORM's models) lives
+        # as long as the worker: set it aside from the collector, whose full passes over
+        # it otherwise cost calls a third of their time on average.
+        gc.collect()
+        gc.freeze()
         return {"ok": True, "app": app.name, "version": app.version, "tools": [
             {"name": i.name, "description": i.description, "writes": i.writes,
              "input_schema": i.input_schema, "output_schema": i.output_schema}

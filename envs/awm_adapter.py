@@ -93,6 +93,17 @@ def serve(service: str, code: str, *, adapter: str, version: str, digest: str) -
     return AwmApp(service, code)
 
 
+def _require_extra() -> None:
+    """The generated code imports FastAPI and SQLAlchemy: say which extra brings them."""
+    import importlib.util
+
+    missing = [name for name in ("fastapi", "sqlalchemy", "pydantic")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        raise AppPinError(f"serving an AWM environment needs {', '.join(missing)}: "
+                          "pip install 'agent-worlds[awm]'")
+
+
 # --- the frozen clock -------------------------------------------------------------------
 
 _EPOCH_MS = 0  # the clock at module level, before any call: deterministic, never the machine's
@@ -580,6 +591,7 @@ class AwmApp(App):
     def __init__(self, service: str, code: str) -> None:
         super().__init__(service=service, name=NAME, version=VERSION)
         self.code = code
+        _require_extra()
         os.environ["DATABASE_PATH"] = "sqlite://"  # never a file, whatever the code reads
         _inline_threads()
         self.loop = asyncio.new_event_loop()

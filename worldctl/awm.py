@@ -83,6 +83,9 @@ def _scenario_block(r: ScenarioReport) -> None:
     else:
         render.echo(f"  tasks       {len(r.tasks)} written"
                     + (f" under {r.tasks[0].parent}" if r.tasks else ""))
+    if r.unverified:
+        render.echo(f"  unverified  {len(r.unverified)} task(s) without a verifier, no folder "
+                    f"(nothing could grade them): {', '.join(map(str, r.unverified))}")
 
 
 def _error(message: str) -> None:
