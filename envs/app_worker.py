@@ -57,6 +57,7 @@ import struct
 import sys
 import traceback
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -179,6 +180,10 @@ class _Holding:
         self.vfs = _HandedVFS()
         self.conn: apsw.Connection | None = None
 
+    @property
+    def writable(self) -> bool:
+        return self.vfs.writable
+
     def take(self, fd: int, writable: bool) -> None:
         """Drop the database held, then open the one handed over as `fd` (owned now)."""
         self.drop()
@@ -198,6 +203,25 @@ class _Holding:
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+@contextlib.contextmanager
+def _refusing_writes(conn: apsw.Connection) -> Iterator[list[str]]:
+    """Abort every statement that would write (the list names those tried): a read-first
+    call learns that it needs the instance's own copy after all."""
+    tried: list[str] = []
+
+    def trace(cursor: apsw.Cursor, sql: str, bindings: Any) -> bool:
+        if cursor.is_readonly:  # (BEGIN, SAVEPOINT, RELEASE and COMMIT count as read-only)
+            return True
+        tried.append(sql)
+        return False  # apsw raises ExecTraceAbort in the tool
+
+    conn.exec_trace = trace
+    try:
+        yield tried
+    finally:
+        conn.exec_trace = None
 
 
 def _open_handed() -> apsw.Connection:
@@ -246,6 +270,7 @@ class _Worker:
         gc.freeze()
         return {"ok": True, "app": app.name, "version": app.version, "tools": [
             {"name": i.name, "description": i.description, "writes": i.writes,
+             "reads_first": i.reads_first,
              "input_schema": i.input_schema, "output_schema": i.output_schema}
             for i in (t.info for t in self.tools.values())]}
 
@@ -282,7 +307,16 @@ class _Worker:
             return {"ok": True, "is_error": True, "text": f"Unknown tool: {name!r}",
                     "structured": None, "changeset": None, "sequences": None}
         context = CallContext(CallClock.from_wire(request["clock"]))
-        result = tool.call(lambda: conn, dict(request.get("arguments") or {}), context)
+        arguments = dict(request.get("arguments") or {})
+        if request.get("read_first"):
+            if self.holding.writable:
+                raise RuntimeError("a read-first call needs the database handed read-only")
+            with _refusing_writes(conn) as tried:
+                result = tool.call(lambda: conn, arguments, context)
+            if tried:  # whatever the tool made of the refusal, it is run again on a copy
+                return {"ok": True, "needs_write": True}
+        else:
+            result = tool.call(lambda: conn, arguments, context)
         effect = context.effects[0] if context.effects else None
         return {"ok": True, "is_error": result.is_error, "text": result.text,
                 "structured": result.structured,

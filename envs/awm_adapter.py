@@ -368,7 +368,11 @@ class _Cursor:
         self.connection.begin_if_needed(sql)
         described: list[tuple[tuple[str, str], ...]] = []
 
+        outer = conn.exec_trace  # the worker's, on a read-first call: it still decides
+
         def trace(cursor: apsw.Cursor, statement: str, bindings: Any) -> bool:
+            if outer is not None and not outer(cursor, statement, bindings):
+                return False
             described.append(cursor.get_description())
             return True
 
@@ -752,8 +756,9 @@ def _tools_of(app: AwmApp) -> list[AwmTool]:
             spec = ToolSpec(app.service, operation_id,
                             _route_runner(app, operation_id, method, path, parameters),
                             description, True)
+            # Every route may write; a GET usually does not, so it reads first.
             tools.append(AwmTool(spec, ToolInfo(spec.full_name, description, schema, None,
-                                                True)))
+                                                True, reads_first=method == "get")))
     return sorted(tools, key=lambda t: t.info.name)
 
 

@@ -27,6 +27,10 @@ class ToolInfo:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     writes: bool
+    # A tool that may write but usually only reads (an AWM GET route): on an instance
+    # with no copy of its database yet, a call first runs on the snapshot read-only and is
+    # run again on a copy only if it tries to write (``envs.app_worker``).
+    reads_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -393,12 +393,20 @@ class Instance:
         service = tool.spec.service
         try:
             db = service_db(self.mount.path, service)  # names it for forget, whatever is read
+            source = self.mount.read_db_path(service)
+            if tool.spec.writes and tool.info.reads_first and source != db:
+                # Most such calls only read: try on the snapshot before copying anything.
+                result = tool.call(arguments, context, db=db, source=source, read_first=True)
+                if result is not None:
+                    return result
             if tool.spec.writes:
                 self.mount.db_path(service)  # a lazy instance copies its database now
-            source = self.mount.read_db_path(service)
+                source = self.mount.read_db_path(service)
         except Exception as exc:
             return tool_failure(tool.info.name, exc)
-        return tool.call(arguments, context, db=db, source=source)
+        result = tool.call(arguments, context, db=db, source=source)
+        assert result is not None  # only a read-first call asks to be run again
+        return result
 
     def _finish_call(self, call: _PendingCall, result: ToolResult) -> ToolResult:
         """Record the call, then its effects, in the episode."""

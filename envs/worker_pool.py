@@ -175,13 +175,17 @@ class AppWorker:
             return self.loaded
 
     def call(self, tool: str, arguments: dict[str, Any], *, db: Path, clock: CallClock,
-             source: Path | None = None) -> dict[str, Any]:
+             source: Path | None = None, read_first: bool = False) -> dict[str, Any]:
         """Run one tool call against the instance database `db` at the instance's `clock`;
         a timeout, a crash or a protocol violation is an error reply (and a restart later).
         `source` is the file to read instead while a lazy instance has no copy of `db` (its
-        snapshot's database, handed read-only)."""
+        snapshot's database, handed read-only). With `read_first` (only on such a source)
+        a call that tries to write is stopped and answered ``needs_write``."""
         source = source or db
-        held = (str(db), str(source))
+        # A snapshot's database is the same read-only file for every instance of it: the
+        # worker keeps it open from one instance to the next (its schema parsed, its pages
+        # cached). An instance's own copy is held for that instance alone.
+        held = (str(db), str(source)) if source == db else ("", str(source))
         with self._lock:
             try:
                 self._ensure_started()
@@ -195,7 +199,7 @@ class AppWorker:
                                               f"app worker: {exc}"}
             request = {"op": "call", "tool": tool, "arguments": arguments,
                        "handover": None if fd is None else {"writable": source == db},
-                       "clock": clock.to_wire()}
+                       "clock": clock.to_wire(), "read_first": read_first and source != db}
             self._held = None  # until the reply says otherwise
             try:
                 reply = self._request(request, self.limits.timeout_s, fd)
@@ -415,14 +419,15 @@ class AppWorkers:
             self._give_back(worker)
 
     def call(self, tool: str, arguments: dict[str, Any], *, db: Path, clock: CallClock,
-             source: Path | None = None) -> dict[str, Any]:
+             source: Path | None = None, read_first: bool = False) -> dict[str, Any]:
         """``AppWorker.call`` on a worker that runs nothing else meanwhile."""
         try:
             worker = self._take(str(db), time.monotonic() + self.limits.timeout_s)
         except WorkerError as exc:
             return {"ok": False, "error": str(exc)}
         try:
-            return worker.call(tool, arguments, db=db, clock=clock, source=source)
+            return worker.call(tool, arguments, db=db, clock=clock, source=source,
+                               read_first=read_first)
         finally:
             self._give_back(worker)
 
@@ -522,12 +527,15 @@ class RemoteTool:
     worker: AppWorkers
 
     def call(self, arguments: dict[str, Any], context: CallContext, *, db: Path,
-             source: Path) -> ToolResult:
+             source: Path, read_first: bool = False) -> ToolResult | None:
         """Run the call on the instance database `db` (read from `source`, see
         ``AppWorker.call``); the worker validates the arguments and encodes the result as
-        an in-process call does. Its effect is recorded in `context`."""
+        an in-process call does. Its effect is recorded in `context`. None: a `read_first`
+        call that tried to write (nothing recorded; run it again on the instance's copy)."""
         reply = self.worker.call(self.info.name, arguments, db=db, source=source,
-                                 clock=context.clock)
+                                 clock=context.clock, read_first=read_first)
+        if reply.get("ok") and reply.get("needs_write"):
+            return None
         if not reply.get("ok"):
             return tool_failure(self.info.name, reply.get("error"))
         if reply.get("changeset") is not None or reply.get("sequences") is not None:
@@ -563,7 +571,7 @@ class RemoteApp:
                             _never, str(info["description"]), bool(info["writes"]))
             self._tools.append(RemoteTool(spec, ToolInfo(
                 full, spec.description, info["input_schema"], info["output_schema"],
-                spec.writes), worker))
+                spec.writes, reads_first=bool(info.get("reads_first"))), worker))
 
     def tools(self) -> list[RemoteTool]:
         return list(self._tools)

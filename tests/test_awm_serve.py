@@ -46,6 +46,7 @@ from envs.mcp import instance_server
 from envs.sandbox import find_sandbox_tools
 from envs.worker_pool import WorkerLimits, WorkerPool
 from replay.engine import Worlds
+from replay.layout import service_db
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "awm-1k-samples"  # AWM-1K's own files
 CP = "content_platform_1"
@@ -352,6 +353,25 @@ def test_content_platform_read(cp: Instance) -> None:
     assert result.text == json.dumps(result.structured, indent=2, ensure_ascii=False)
     assert not [e for e in cp.episode.events if isinstance(e, DbChange)]  # nothing written
     assert cp.hash() == cp.record.world_hash
+
+
+def test_a_get_that_only_reads_runs_on_the_snapshot_and_copies_nothing(
+        env: Environment) -> None:
+    # Every route may write, but a GET first runs on the snapshot, read-only, and is run on
+    # the instance's own copy only when it tries to write.
+    first, second = env.open(f"{CP}@0"), env.open(f"{CP}@0")
+    try:
+        for instance in (first, second):
+            got = instance.call_tool("awm_get_channel_by_id", {"channel_id": 1})
+            assert not got.is_error, got.text
+            assert instance.mount.read_db_path("awm") == \
+                service_db(instance.mount.snapshot, "awm")  # no copy was made
+            assert not [e for e in instance.episode.events if isinstance(e, DbChange)]
+        assert first.episode.events == second.episode.events
+        assert first.hash() == second.hash() == first.record.world_hash
+    finally:
+        first.close()
+        second.close()
 
 
 def test_content_platform_write_is_recorded_and_reset_restores(env: Environment,
