@@ -36,8 +36,6 @@ from awm.world import (
 from envs.awm import route_count
 from replay.engine import DayResult, Worlds
 from replay.errors import ApplyError
-from replay.layout import service_db
-from replay.sqlite import open_readonly, quote_ident
 from worldstore.errors import NotFoundError, WorldError
 
 
@@ -303,18 +301,14 @@ def _scenario_report(worlds: Worlds, scenario: Scenario, day: Day0, result: DayR
 
 
 def row_counts(worlds: Worlds, persona: str, order: Iterable[str] = ()) -> dict[str, int]:
-    """Rows per table of the persona's stored day 0, tables in `order` first (those that
-    exist), then the others by name."""
-    with worlds.pinned(persona, 0) as world:
-        path = service_db(world, AWM_SERVICE)
-        if not path.exists():
-            return {}
-        with open_readonly(path) as conn:
-            names = [str(r[0]) for r in conn.execute(
-                "SELECT name FROM sqlite_schema WHERE type = 'table' "
-                "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name")]
-            counts = {name: int(next(iter(conn.execute(
-                f"SELECT count(*) FROM {quote_ident(name)}")))[0]) for name in names}
+    """Rows per table of the persona's stored day 0 (the counts its manifest recorded when
+    the day was hashed), tables in `order` first (those that exist), then the others by
+    name."""
+    manifest = worlds.manifest(worlds.store.day(persona, 0))
+    service = manifest.services.get(AWM_SERVICE)
+    counts = {} if service is None else {
+        name: digest.rows for name, digest in service.tables.items()
+        if not name.startswith("sqlite_")}
     first = [name for name in order if name in counts]
     return {name: counts[name] for name in [*first, *sorted(set(counts) - set(first))]}
 
