@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,47 +81,37 @@ class TableInfo:
 def table_infos(conn: apsw.Connection) -> list[TableInfo]:
     infos = []
     rows: list[tuple[Any, ...]] = conn.execute(
-        "SELECT name, type FROM pragma_table_list WHERE schema = 'main' "
+        "SELECT name, type, wr FROM pragma_table_list WHERE schema = 'main' "
         "AND type IN ('table', 'virtual') ORDER BY name"
     ).fetchall()
-    for name, kind in rows:
+    for name, kind, without_rowid in rows:
         if name.startswith("sqlite_") and name not in ("sqlite_sequence", "sqlite_stat1"):
             continue
         cols: list[tuple[Any, ...]] = conn.execute(
             "SELECT name, pk, hidden FROM pragma_table_xinfo(?) ORDER BY cid", (name,)
         ).fetchall()
         visible = [c[0] for c in cols if c[2] == 0]
-        order_by, key = _order_by(conn, name, cols, kind)
-        infos.append(TableInfo(name, visible, order_by, kind, key,
-                               rowid_key=_is_rowid_key(conn, name, key, kind)))
+        order_by, key, rowid_key = _order_by(conn, name, cols, kind, bool(without_rowid))
+        infos.append(TableInfo(name, visible, order_by, kind, key, rowid_key=rowid_key))
     return infos
 
 
-def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str
-              ) -> tuple[str, tuple[str, ...]]:
-    """The ORDER BY that hashes a table's rows, and the primary key when it alone gives
-    that order (otherwise empty)."""
+def _order_by(conn: apsw.Connection, table: str, cols: list[Any], kind: str,
+              without_rowid: bool) -> tuple[str, tuple[str, ...], bool]:
+    """The ORDER BY that hashes a table's rows, the primary key when it alone gives that
+    order (otherwise empty), and whether that key is the rowid (see TableInfo)."""
     if kind == "virtual":
-        return "rowid", ()
+        return "rowid", (), False
     pk = sorted((c for c in cols if c[1] > 0), key=lambda c: c[1])
-    without_rowid = _scalar(conn, "SELECT wr FROM pragma_table_list WHERE schema='main' "
-                            "AND name=?", (table,))
     integer_pk = len(pk) == 1 and not without_rowid and _is_rowid_alias(conn, table, pk[0][0])
     if integer_pk or (pk and without_rowid):
         # Unique and NOT NULL: primary-key order is a total order on the rows.
-        return ", ".join(quote_ident(c[0]) for c in pk), tuple(c[0] for c in pk)
+        return (", ".join(quote_ident(c[0]) for c in pk), tuple(c[0] for c in pk),
+                integer_pk and not table.startswith("sqlite_"))
     # No primary key, or one that admits NULLs: order by every column, byte-wise, so equal
     # rows in any insertion order come out the same.
     keys = [c[0] for c in pk] + [c[0] for c in cols if c[1] == 0 and c[2] == 0]
-    return ", ".join(_value_order(quote_ident(k)) for k in keys), ()
-
-
-def _is_rowid_key(conn: apsw.Connection, table: str, key: tuple[str, ...], kind: str) -> bool:
-    if kind != "table" or len(key) != 1 or table.startswith("sqlite_"):
-        return False
-    without_rowid = _scalar(conn, "SELECT wr FROM pragma_table_list WHERE schema='main' "
-                            "AND name=?", (table,))
-    return not without_rowid and _is_rowid_alias(conn, table, key[0])
+    return ", ".join(_value_order(quote_ident(k)) for k in keys), (), False
 
 
 def _value_order(column: str) -> str:
@@ -233,8 +224,12 @@ def file_digest(path: Path) -> FileDigest:
     return FileDigest(size=size, digest=h.hexdigest())
 
 
-def world_manifest(root: Path) -> Manifest:
-    services = {name: service_manifest(service_db(root, name)) for name in list_services(root)}
+def world_manifest(root: Path, service: Callable[[str], ServiceManifest] | None = None
+                   ) -> Manifest:
+    """The manifest of the world at `root`; `service` hashes one service by name (default:
+    ``service_manifest`` of its database)."""
+    services = {name: service(name) if service else service_manifest(service_db(root, name))
+                for name in list_services(root)}
     files = {rel: file_digest(path) for rel, path in iter_workspace(root)}
     apps = {name: file_digest(path) for name, path in iter_apps(root)}
     return Manifest(format=MANIFEST_FORMAT, services=services, files=files, apps=apps)

@@ -54,6 +54,7 @@ from replay.hashing import (
     service_header,
     table_digests,
     table_infos,
+    world_manifest,
 )
 from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
@@ -154,10 +155,7 @@ class DayHasher:
 
     def _first(self) -> Manifest:
         """A full hash, as ``world_manifest``, that keeps rowid tables' rows for later days."""
-        services = {name: self._service(name, None, None) for name in list_services(self.root)}
-        files = {rel: file_digest(path) for rel, path in iter_workspace(self.root)}
-        apps = {name: file_digest(path) for name, path in iter_apps(self.root)}
-        return Manifest(format=MANIFEST_FORMAT, services=services, files=files, apps=apps)
+        return world_manifest(self.root, lambda name: self._service(name, None, None))
 
     def _update(self, last: Manifest, changes: DayChanges) -> Manifest:
         services = {}
