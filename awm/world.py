@@ -46,7 +46,7 @@ import msgspec
 from awm.errors import AwmError, ScenarioRefused
 from awm.formats import Origin, Scenario
 from envs.awm import AWM_ADAPTER_VERSION, AWM_APP, AWM_SERVICE, awm_app_source
-from replay.sqlite import describe_failure, freeze, open_event_db, take_denial
+from replay.sqlite import describe_failure, freeze, open_event_db, take_denial, unguarded
 from worldstore.errors import InputError
 from worldstore.events import SqlLine
 from worldstore.interchange import check_line
@@ -245,12 +245,7 @@ def _enforce_foreign_keys(conn: apsw.Connection) -> None:
     """AWM inserts its sample data with ``PRAGMA foreign_keys = ON``: an INSERT naming a
     missing parent fails there, so it fails here. (Events may not set pragmas; this is
     the scratch connection, not an event.)"""
-    guard = conn.authorizer
-    conn.authorizer = None
-    try:
-        conn.execute("PRAGMA foreign_keys = ON")
-    finally:
-        conn.authorizer = guard
+    unguarded(conn, "PRAGMA foreign_keys = ON")
 
 
 def _line_problem(st: Statement, persona: str) -> str | None:

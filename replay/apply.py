@@ -21,7 +21,7 @@ import msgspec
 
 from replay.errors import EventFailed
 from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
-from replay.sqlite import describe_failure, freeze, open_event_db, take_denial
+from replay.sqlite import describe_failure, freeze, open_event_db, take_denial, unguarded
 from replay.touched import DayChanges, RowTracker, WriteLog, note_tables
 from worldstore.canonical import digest
 from worldstore.errors import PathError
@@ -71,14 +71,14 @@ class WorldBuilder:
         conn = self._conns.get(service)
         if conn is None:
             conn = open_event_db(service_db(self.root, service))
-            _unguarded(conn, "PRAGMA journal_mode=MEMORY")
+            unguarded(conn, "PRAGMA journal_mode=MEMORY")
             # Worlds are built in scratch dirs and are rebuildable from the log; nothing
             # relies on their durability (cache entries are copies), so skip the fsyncs.
-            _unguarded(conn, "PRAGMA synchronous=OFF")
-            _unguarded(conn, f"PRAGMA cache_size=-{_CACHE_KIB}")
+            unguarded(conn, "PRAGMA synchronous=OFF")
+            unguarded(conn, f"PRAGMA cache_size=-{_CACHE_KIB}")
             # Pinned, not left to the file system's sector size: events may read it (rtree
             # sizes its nodes by it), so it must be the same on every machine.
-            _unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
+            unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
             tracker = RowTracker(service, self.changes)
             conn.set_update_hook(tracker.written)
             self._trackers[service] = tracker
@@ -86,7 +86,7 @@ class WorldBuilder:
             self._logs[service] = WriteLog(conn)
             self._cursors[service] = conn.cursor()
         if service not in self._in_day:
-            _unguarded(conn, "BEGIN")
+            unguarded(conn, "BEGIN")
             # A day sees no rowid inserted before it: whether the connection lived through
             # the previous day depends on how the log was split and on the cache.
             conn.set_last_insert_rowid(0)
@@ -114,7 +114,7 @@ class WorldBuilder:
     def commit(self) -> None:
         """End the day: commit every service transaction the day opened."""
         for service in sorted(self._in_day):
-            _unguarded(self._conns[service], "COMMIT")
+            unguarded(self._conns[service], "COMMIT")
         self._in_day.clear()
         self._live.clear()
 
@@ -143,7 +143,7 @@ class WorldBuilder:
                 # (SQLite has rolled the transaction back itself after an interrupted or
                 # out-of-memory statement)
                 if service in in_day and conn.in_transaction:
-                    _unguarded(conn, "ROLLBACK")
+                    unguarded(conn, "ROLLBACK")
             finally:
                 conn.close()
 
@@ -152,15 +152,6 @@ class WorldBuilder:
 
 _CACHE_KIB = 65536  # page cache per service connection while building (64 MiB at most)
 _PAGE_SIZE = 4096  # SQLite's default, the page size of every world built so far
-
-
-def _unguarded(conn: apsw.Connection, sql: str) -> None:
-    guard = conn.authorizer
-    conn.authorizer = None
-    try:
-        conn.execute(sql)
-    finally:
-        conn.authorizer = guard
 
 
 def apply_event(payload: Payload, world: WorldBuilder) -> None:

@@ -476,5 +476,16 @@ def open_readonly(path: Path) -> Iterator[apsw.Connection]:
         conn.close()
 
 
+def unguarded(conn: apsw.Connection, sql: str) -> None:
+    """Run `sql` on an event connection past its authorizer: the host's own settings
+    (pragmas an event may not run), never an event's SQL."""
+    guard = conn.authorizer
+    conn.authorizer = None
+    try:
+        conn.execute(sql).fetchall()
+    finally:
+        conn.authorizer = guard
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
