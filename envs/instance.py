@@ -84,12 +84,13 @@ class _ToolTable:
     infos: list[ToolInfo]
 
 
-def _tool_table(apps: list[App | RemoteApp]) -> _ToolTable:
-    key = tuple(sorted(id(a) for a in apps))
+def _tool_table(apps: list[App | RemoteApp], *, bare: bool = False) -> _ToolTable:
+    key = (*sorted(id(a) for a in apps), bare)
     with _TABLES_LOCK:
         found = _TABLES.get(key)
         if found is None:
-            found = _TABLES[key] = (tuple(apps), _build_table(apps))
+            table = _build_table(apps)
+            found = _TABLES[key] = (tuple(apps), _bare_table(table) if bare else table)
     return found[1]
 
 
@@ -234,9 +235,7 @@ class Instance:
         self._workspace: WorkspaceState | None = None  # after the last call, once scanned
         self.record = record
         self.instance_id = instance_id
-        table = _tool_table(apps)
-        if bare_names:
-            table = _bare_table(table)
+        table = _tool_table(apps, bare=bare_names)
         self.bare_names = bare_names
         self._tools = table.tools
         self.tools: dict[str, ToolSpec] = table.specs
