@@ -5,18 +5,59 @@ to each instance's MCP server over streamable HTTP::
 
     POST   /instances               {"world": "lars@7" | <world hash>, "mode": "tools"|"meta",
                                      "bare_names": false|true (tools without the service
-                                     prefix: AWM's operation_id names)}
+                                     prefix: AWM's operation_id names),
+                                     "task": <task id> (world defaults to the task's),
+                                     "agent": <label>, "shell": bool, "answer": bool,
+                                     "max_steps": <OpenEnv step limit>}
                                     -> 201 {id, world_hash, persona, day, mode, mcp_url,
-                                            tools (the environment's tool count), ...}
+                                            tools (the environment's tool count), task, ...}
     GET    /instances               {"instances": [info, ...]}
-    GET    /instances/{id}          info: world, mode, calls so far, idle seconds, ...
-    POST   /instances/{id}/reset    back to the snapshot, with a fresh episode -> info
+    GET    /instances/{id}          info: world, mode, task, calls so far, idle seconds, ...
+    POST   /instances/{id}/reset    store the episode, back to the snapshot with a fresh one
+                                    -> info + {"stored_episode_id"}
     GET    /instances/{id}/hash     {"hash": <world hash now>, "world_hash": <snapshot>, ...}
     GET    /instances/{id}/diff     the WorldDiff since the snapshot
     GET    /instances/{id}/episode  the Episode so far
-    DELETE /instances/{id}          close it and delete its directory -> 204
+    POST   /instances/{id}/shell    {"command": "..."} -> {observation, is_error, exit_code,
+                                                          stdout, stderr, ...}
+    POST   /instances/{id}/answer   {"text": "..."} -> {id, answer}; a second answer: 409
+    POST   /instances/{id}/grade    {"task": id (default: the instance's), "answer": text
+                                     (default: the answer given)} -> {task_id, V, checks,
+                                     reward, errors, answer}
+    DELETE /instances/{id}          store its episode, close it, delete its directory
+                                    -> 200 {id, episode_id, stored, calls, ...}
     *      /instances/{id}/mcp      the instance's MCP endpoint (streamable HTTP)
-    GET    /healthz                 {"ok": true, "instances": n}
+    POST   /instances/{id}/openenv/reset  OpenEnv's reset: {"observation", "reward",
+    POST   /instances/{id}/openenv/step   "done", "metadata"}; step takes {"action": ...}
+    GET    /instances/{id}/openenv/state  {"episode_id", "step_count", "done", ...}
+    GET    /tasks                   {"tasks": [{task_id, instruction, world, ...}, ...]}
+    GET    /healthz                 {"ok": true, "instances": n, "tasks": n}
+
+Beside its service tools (or ``list_tools``/``call_tool`` in meta mode) an instance's MCP
+server has ``shell(command)`` and ``answer(text)`` when enabled: by default both for a
+task that declares the shell interface, the answer alone for any other task, neither
+without a task. Shell commands run like tool calls (worker thread, lock, timeout) and are
+recorded in the episode; the answer is recorded on it (one per episode).
+
+Every episode is stored in the world store (``envs.episodes_store.save_episode``) when its
+instance is closed (DELETE, idle reaping, shutdown) or reset, unless it has no calls and
+no answer; DELETE answers its id, and a closed instance's 404 names it too. (A stored
+episode is named by what it holds, ``content_id``: the ``episode_id`` of a live one, in
+info and OpenEnv's state, is provisional.) Tasks are
+injected (``tasks``: ``ServedTask`` by id, built by ``gates.served``: ``envs`` never imports
+``gates``); grading runs in a thread, and a task whose world is not the instance's is 409.
+
+The OpenEnv surface follows OpenEnv's HTTP contract (meta-pytorch/OpenEnv
+``HTTPEnvServer``: POST /reset, POST /step ``{"action": {...}}``, GET /state, answers
+``{"observation", "reward", "done", "metadata"}``) under ``/instances/{id}/openenv``: an
+OpenEnv HTTP client given that base URL drives one instance. OpenEnv's own top-level HTTP
+endpoints are stateless (a fresh environment per request, sessions only over WebSocket),
+which a world cannot be, so the gateway serves only the per-instance form. Actions are
+envs.gym's (``{"tool": name, "arguments": {...}}``, ``{"shell": command}``, ``{"answer":
+text}``) and OpenEnv's MCP actions (``{"type": "call_tool", "tool_name", "arguments"}``,
+``{"type": "list_tools"}``); the episode is done after an answer or ``max_steps`` steps,
+when a task's instance is graded and the reward is the grade's (0.0 before, and without a
+task).
 
 Every instance's MCP app (``instance_server(...).http_app()``) runs its lifespan (the
 streamable-HTTP session manager) in a task of its own, so instances come and go while the
@@ -55,20 +96,26 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import Future
-from typing import Any, get_args
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_args
 from urllib.parse import urlsplit
 
 import msgspec
 from fastmcp.server.http import StarletteWithLifespan
 
 from envs.contract import ToolResult
+from envs.episode import ShellCall
+from envs.episodes_store import save_episode
 from envs.errors import GatewayError
 from envs.instance import Environment, Instance
 from envs.mcp import Mode, instance_server
 from replay.errors import IntegrityError
 from worldstore.errors import ConflictError, NotFoundError, WorldError
+
+if TYPE_CHECKING:
+    from replay.engine import Worlds
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -86,17 +133,57 @@ _REF_DAY = re.compile(r"@(-?\d+)\Z")  # \d as the library reads a day: any digit
 # A JSON string, or an unterminated one to the end: linear, never re-scanned.
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+MAX_LABEL = 200  # characters of an agent label
+MAX_STEPS = 50  # OpenEnv steps of an episode unless a create request says otherwise
+CLOSED_KEPT = 4096  # closed instances remembered (for their stored episode's id)
 MODES: tuple[str, ...] = get_args(Mode)
 log = logging.getLogger("agentworlds.gateway")
+
+Grade = dict[str, Any]
+Grader = Callable[[Instance, str | None], Grade]
+
+
+@dataclass(frozen=True)
+class ServedTask:
+    """A task the gateway serves and grades against. The caller builds it (``envs`` loads
+    no tasks and runs no verifiers: ``gates.served`` does). ``grade(instance, answer)``
+    runs in a thread and returns ``{"V": 0 | 1, "checks": [{"name", "passed", ...}],
+    "reward": float | None, "errors": [...]}``."""
+
+    task_id: str
+    instruction: str
+    world: str  # persona@day
+    world_hash: str
+    interfaces: tuple[str, ...]
+    grade: Grader
+
+    def brief(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "instruction": self.instruction,
+                "world": self.world, "world_hash": self.world_hash,
+                "interfaces": list(self.interfaces)}
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a create request asked for (defaults filled in)."""
+
+    mode: Mode
+    task: ServedTask | None = None
+    agent: str | None = None
+    shell: bool = False
+    answer: bool = False
+    max_steps: int = MAX_STEPS
 
 
 class _HttpError(Exception):
     def __init__(self, status: int, message: str,
-                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+                 headers: list[tuple[bytes, bytes]] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or []
+        self.extra = extra or {}
 
 
 # --- one hosted instance ---------------------------------------------------------------
@@ -106,81 +193,136 @@ class _Hosted:
     """An instance, its MCP app (lifespan run in a task of its own) and its bookkeeping.
     Every operation on the instance holds `lock`: tool calls and REST calls never overlap."""
 
-    def __init__(self, instance: Instance, mode: Mode, call_timeout: float,
-                 workers: _Workers) -> None:
+    def __init__(self, instance: Instance, setup: _Setup, call_timeout: float,
+                 workers: _Workers, worlds: Worlds) -> None:
         self.id = instance.instance_id
         self.instance = instance
-        self.mode = mode
+        self.setup = setup
+        self.mode = setup.mode
         self.mcp_url = f"/instances/{self.id}/mcp"
         self.call_timeout = call_timeout
         self.workers = workers
+        self.worlds = worlds
         self.lock = asyncio.Lock()
         self.created = self.last_active = time.monotonic()
         self.calls_total = 0
         self.timeouts = 0
         self.in_flight = 0  # MCP requests other than the long-lived GET event stream
         self.closed = False
-        self.server = instance_server(instance, mode, call=self.call)
+        self.steps = 0  # OpenEnv steps since the last reset
+        self.done = False  # answered, or the OpenEnv step limit reached
+        self.stored: list[str] = []  # episode ids stored from this instance, in order
+        self.closing: dict[str, Any] | None = None  # what closing it left
+        self._label()
+        self.server = instance_server(instance, setup.mode, call=self.call,
+                                      shell=self.shell if setup.shell else None,
+                                      answer=self.answer if setup.answer else None)
         self.app: StarletteWithLifespan | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[ToolResult]] = set()
 
+    @property
+    def task(self) -> ServedTask | None:
+        return self.setup.task
+
     def touch(self) -> None:
         self.last_active = time.monotonic()
 
     def info(self) -> dict[str, Any]:
         record = self.instance.record
+        episode = self.instance.episode
         now = time.monotonic()
         return {"id": self.id, "world_hash": record.world_hash, "persona": record.persona,
                 "day": record.day, "mode": self.mode, "mcp_url": self.mcp_url,
                 "bare_names": self.instance.bare_names,
                 "tools": len(self.instance.list_tools()),
-                "episode_id": self.instance.episode.episode_id,
-                "calls": len(self.instance.episode.calls), "calls_total": self.calls_total,
+                "task": self.task.task_id if self.task else None, "agent": self.setup.agent,
+                "shell": self.setup.shell, "answer": self.setup.answer,
+                "answered": episode.answer is not None, "done": self.done,
+                "steps": self.steps, "max_steps": self.setup.max_steps,
+                "episode_id": episode.episode_id, "stored_episodes": list(self.stored),
+                "calls": len(episode.calls), "calls_total": self.calls_total,
                 "timeouts": self.timeouts, "busy": self.lock.locked(),
                 "age_s": round(now - self.created, 3), "idle_s": round(now - self.last_active, 3)}
 
-    # --- tool calls (the MCP server's caller) --------------------------------------
+    def _label(self) -> None:
+        """Name the episode's task and agent (a fresh episode after a reset too): they are
+        part of what a stored episode holds."""
+        if self.task is not None or self.setup.agent is not None:
+            self.instance.episode = msgspec.structs.replace(
+                self.instance.episode, task=self.task.task_id if self.task else None,
+                agent=self.setup.agent)
+
+    # --- calls: tools, shell commands, the answer ------------------------------------
 
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """A tool call (the MCP server's caller)."""
+        return await self._timed("tool call", f"tool call {name}",
+                                 lambda: self.instance.call_tool(name, arguments))
+
+    async def shell(self, command: str) -> ToolResult:
+        """One shell command in the workspace, under the same lock and timeout as a tool
+        call; its text is what the agent sees, its structured part the ShellCall's."""
+        return await self._timed("shell command", "shell command",
+                                 lambda: shell_result(self.instance.shell(command)))
+
+    async def answer(self, text: str) -> ToolResult:
+        """Record the final answer on the episode; a second one is an error result (an
+        episode has one answer: reset the instance to start over)."""
+        self.touch()
+        try:
+            async with self.lock:
+                if self.closed:
+                    return ToolResult(True, f"instance {self.id} is closed")
+                if self.instance.episode.answer is not None:
+                    return ToolResult(True, "an answer was already given: an episode has one "
+                                            "final answer (reset the instance to start over)")
+                self.instance.episode = msgspec.structs.replace(self.instance.episode,
+                                                                answer=text)
+                self.done = True
+                return ToolResult(False, "answer recorded")
+        finally:
+            self.touch()
+
+    async def _timed(self, what: str, label: str, job: Callable[[], ToolResult]
+                     ) -> ToolResult:
         self.touch()
         started = asyncio.Event()
-        job = asyncio.ensure_future(self._call(name, arguments, started))
-        self._jobs.add(job)
-        job.add_done_callback(self._jobs.discard)
+        task = asyncio.ensure_future(self._run(label, job, started))
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
         try:
             # shield: on timeout a started call runs on (a thread cannot be interrupted)
             # and keeps the instance's lock until it ends; the agent gets its answer now.
-            return await asyncio.wait_for(asyncio.shield(job), self.call_timeout)
+            return await asyncio.wait_for(asyncio.shield(task), self.call_timeout)
         except TimeoutError:
             self.timeouts += 1
-            message = f"tool call timed out after {self.call_timeout:g} s"
+            message = f"{what} timed out after {self.call_timeout:g} s"
             if not started.is_set():  # still waiting for an earlier call: never run it
-                job.cancel()
+                task.cancel()
                 message += (" (not run: the instance was still busy with an earlier call "
                             "that timed out)")
             return ToolResult(True, message)
         finally:
             self.touch()
 
-    async def _call(self, name: str, arguments: dict[str, Any],
-                    started: asyncio.Event) -> ToolResult:
+    async def _run(self, label: str, job: Callable[[], ToolResult],
+                   started: asyncio.Event) -> ToolResult:
         async with self.lock:
             started.set()
             if self.closed:
                 return ToolResult(True, f"instance {self.id} is closed")
             self.calls_total += 1
-            instance = self.instance
             try:
-                return await asyncio.wrap_future(self.workers.submit(
-                    lambda: instance.call_tool(name, arguments)))
+                result: ToolResult = await asyncio.wrap_future(self.workers.submit(job))
+                return result
             except WorldError as exc:
                 return ToolResult(True, str(exc))
             except Exception as exc:
-                log.exception("tool call %s on instance %s failed", name, self.id)
-                return ToolResult(True, f"tool call failed: {type(exc).__name__}: {exc}")
+                log.exception("%s on instance %s failed", label, self.id)
+                return ToolResult(True, f"{label} failed: {type(exc).__name__}: {exc}")
 
     # --- REST operations -------------------------------------------------------------
 
@@ -194,6 +336,23 @@ class _Hosted:
                 return await asyncio.to_thread(fn)
         finally:
             self.touch()
+
+    def reset(self) -> str | None:
+        """(In a thread, under the lock.) Store the episode so far, then back to the
+        snapshot with a fresh, labelled episode; the stored episode's id, if any."""
+        stored = self._store()
+        self.instance.reset()
+        self._label()
+        self.steps, self.done = 0, False
+        return stored
+
+    def _store(self) -> str | None:
+        episode = self.instance.episode
+        if not episode.calls and episode.answer is None:
+            return None  # nothing happened: an empty episode is not worth a row
+        episode_id = save_episode(self.worlds, self.instance)
+        self.stored.append(episode_id)
+        return episode_id
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -212,9 +371,10 @@ class _Hosted:
             self._ready.set()
             await self._stop.wait()
 
-    async def close(self) -> None:
-        """Stop the MCP app (ends its sessions), wait for a running call, delete the
-        instance. Call it after unpublishing the instance."""
+    async def close(self) -> dict[str, Any]:
+        """Stop the MCP app (ends its sessions), wait for a running call, store the
+        episode, delete the instance; what was stored. Call it after unpublishing the
+        instance."""
         self._stop.set()
         if self._task is not None:
             try:
@@ -224,7 +384,39 @@ class _Hosted:
         async with self.lock:
             if not self.closed:
                 self.closed = True
-                await asyncio.to_thread(self.instance.close)
+                self.closing = await asyncio.to_thread(self._store_and_close)
+        assert self.closing is not None
+        return self.closing
+
+    def _store_and_close(self) -> dict[str, Any]:
+        closing: dict[str, Any] = {"id": self.id, "closed": True,
+                                   "calls": len(self.instance.episode.calls)}
+        try:
+            episode_id = self._store()
+        except Exception as exc:  # the instance is deleted all the same
+            log.exception("could not store the episode of instance %s", self.id)
+            closing |= {"episode_id": None, "stored": False,
+                        "error": f"the episode could not be stored: {type(exc).__name__}: "
+                                 f"{exc}"}
+        else:
+            closing |= {"episode_id": episode_id, "stored": episode_id is not None}
+            if episode_id is None:
+                closing["reason"] = "the episode has no calls and no answer: not stored"
+        finally:
+            self.instance.close()
+        closing["stored_episodes"] = list(self.stored)
+        return closing
+
+
+def shell_result(call: ShellCall) -> ToolResult:
+    """What an agent sees of a shell command, as the scripted agents do (stdout, then
+    "[stderr]" and "[exit N]" when there are any), and the call itself, structured."""
+    text = call.stdout + (f"\n[stderr]\n{call.stderr}" if call.stderr else "")
+    if call.exit_code != 0:
+        text += f"\n[exit {call.exit_code}]"
+    return ToolResult(call.exit_code != 0, text, {
+        "exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr,
+        "timed_out": call.timed_out, "truncated": call.truncated, "refused": call.refused})
 
 
 _Job = Callable[[], Any]
@@ -273,6 +465,16 @@ class _Workers:
 # --- the ASGI app ----------------------------------------------------------------------
 
 
+# REST actions on one instance -> the Gateway method that answers them.
+_ACTIONS = {"": "_at_instance", "reset": "_reset", "hash": "_hash", "diff": "_diff",
+            "episode": "_episode", "shell": "_shell", "answer": "_answer", "grade": "_grade"}
+_CREATE_FIELDS = ("world", "mode", "bare_names", "task", "agent", "shell", "answer",
+                  "max_steps")
+_CREATE_SHAPE = ('{"world": "persona@day" or a world hash, "mode": "tools" or "meta", '
+                 '"bare_names": true or false, "task": "<task id>", "agent": "<label>", '
+                 '"shell": true or false, "answer": true or false, "max_steps": <int>}')
+
+
 class Gateway:
     """A raw ASGI app serving instances of one environment (REST + MCP); see the module
     docstring. Run it with ``serve`` or any ASGI server with lifespan support, once: its
@@ -280,12 +482,16 @@ class Gateway:
 
     `mode` is the MCP surface of instances created without one; `workers` caps the threads
     that run tool calls (default ``min(64, max_instances)``); `reap_interval` is how often
-    idle instances are looked for (default a quarter of `idle_timeout`, at most 5 s)."""
+    idle instances are looked for (default a quarter of `idle_timeout`, at most 5 s).
+    `tasks` (by task id) are what instances can be created for and graded against;
+    `max_steps` is the OpenEnv step limit of instances created without one."""
 
     def __init__(self, environment: Environment, *, token: str | None = None,
                  max_instances: int = 256, idle_timeout: float = 600.0,
                  call_timeout: float = 30.0, mode: Mode = "tools",
-                 reap_interval: float | None = None, workers: int | None = None) -> None:
+                 reap_interval: float | None = None, workers: int | None = None,
+                 tasks: Mapping[str, ServedTask] | None = None,
+                 max_steps: int = MAX_STEPS) -> None:
         if token is not None and not token.strip():
             raise GatewayError("the bearer token is empty: give a real token or none")
         if max_instances < 1:
@@ -294,7 +500,12 @@ class Gateway:
             raise GatewayError("idle_timeout and call_timeout must be positive seconds")
         if mode not in MODES:
             raise GatewayError(f"unknown MCP mode {mode!r}: use 'tools' or 'meta'")
+        if max_steps < 1:
+            raise GatewayError(f"max_steps must be at least 1, not {max_steps}")
         self.environment = environment
+        self.tasks: dict[str, ServedTask] = dict(tasks or {})
+        self.max_steps = max_steps
+        self.closed: dict[str, dict[str, Any]] = {}  # the last CLOSED_KEPT closed instances
         self.max_instances = max_instances
         self.idle_timeout = idle_timeout
         self.call_timeout = call_timeout
@@ -306,7 +517,7 @@ class Gateway:
         self._open_lock = threading.Lock()
         self._workers = _Workers(workers or min(64, max_instances))
         self._reaper: asyncio.Task[None] | None = None
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[dict[str, Any]]] = set()
 
     # --- ASGI ---------------------------------------------------------------------------
 
@@ -329,7 +540,8 @@ class Gateway:
                                       "(DNS-rebinding and cross-site protection)")
             await self._route(scope, receive, send)
         except _HttpError as exc:
-            await _send_json(send, exc.status, {"error": exc.message}, exc.headers)
+            await _send_json(send, exc.status, {"error": exc.message, **exc.extra},
+                             exc.headers)
         except WorldError as exc:
             await _send_json(send, _status_of(exc), {"error": str(exc)})
         except Exception as exc:  # a bug of ours: one line for the client, the trace logged
@@ -350,7 +562,12 @@ class Gateway:
         parts = scope["path"].strip("/").split("/")
         if parts == ["healthz"]:
             _allow(method, "GET")
-            await _send_json(send, 200, {"ok": True, "instances": len(self.instances)})
+            await _send_json(send, 200, {"ok": True, "instances": len(self.instances),
+                                         "tasks": len(self.tasks)})
+            return
+        if parts == ["tasks"]:
+            _allow(method, "GET")
+            await _send_json(send, 200, {"tasks": [t.brief() for t in self.tasks.values()]})
             return
         if parts[0] != "instances":
             raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
@@ -362,46 +579,134 @@ class Gateway:
                 hosted = await self._create(receive)
                 await _send_json(send, 201, hosted.info())
             return
-        found = self.instances.get(parts[1])
-        if found is None:
-            raise _HttpError(404, f"no instance {_shown(parts[1])} (closed, reaped or never "
-                                  "created)")
-        hosted = found
-        action = parts[2] if len(parts) > 2 else ""
-        if action == "mcp":
+        hosted = self._hosted(parts[1])
+        action = "/".join(parts[2:])
+        if parts[2:3] == ["mcp"]:
             await self._mcp(hosted, scope, receive, send)
-            return
-        if len(parts) > 3:
-            raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
-        instance = hosted.instance
-        if action == "":
-            if _allow(method, "GET", "DELETE") == "GET":
-                hosted.touch()
-                await _send_json(send, 200, hosted.info())
-            else:
-                if self.instances.pop(hosted.id, None) is not None:
-                    await hosted.close()
-                await _send(send, 204, b"", b"")
-        elif action == "reset":
-            _allow(method, "POST")
-            await hosted.run_locked(instance.reset)
-            await _send_json(send, 200, hosted.info())
-        elif action == "hash":
-            _allow(method, "GET")
-            now = await hosted.run_locked(instance.hash)
-            world = instance.record.world_hash
-            await _send_json(send, 200, {"id": hosted.id, "hash": now, "world_hash": world,
-                                         "changed": now != world})
-        elif action == "diff":
-            _allow(method, "GET")
-            body = await hosted.run_locked(lambda: msgspec.json.encode(instance.diff()))
-            await _send(send, 200, body)
-        elif action == "episode":
-            _allow(method, "GET")
-            body = await hosted.run_locked(lambda: instance.episode.to_json())
-            await _send(send, 200, body)
+        elif action.startswith("openenv/"):
+            await self._openenv(hosted, action.removeprefix("openenv/"), scope, receive,
+                                send)
+        elif action in _ACTIONS:
+            handler = getattr(self, _ACTIONS[action])
+            await handler(hosted, method, receive, send)
         else:
             raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])}")
+
+    def _hosted(self, iid: str) -> _Hosted:
+        found = self.instances.get(iid)
+        if found is not None:
+            return found
+        closed = self.closed.get(iid)
+        if closed is None:
+            raise _HttpError(404, f"no instance {_shown(iid)} (closed, reaped or never "
+                                  "created)")
+        stored = (f"its episode was stored as {closed['episode_id']}"
+                  if closed.get("episode_id") else "its episode was not stored")
+        raise _HttpError(404, f"instance {iid} was closed: {stored}", extra={"closed": closed})
+
+    # --- REST on one instance ---------------------------------------------------------
+
+    async def _at_instance(self, hosted: _Hosted, method: str, receive: Receive,
+                           send: Send) -> None:
+        if _allow(method, "GET", "DELETE") == "GET":
+            hosted.touch()
+            await _send_json(send, 200, hosted.info())
+            return
+        if self.instances.pop(hosted.id, None) is None:  # closed meanwhile
+            raise _HttpError(404, f"instance {hosted.id} was closed")
+        await _send_json(send, 200, await self._close(hosted))
+
+    async def _reset(self, hosted: _Hosted, method: str, receive: Receive,
+                     send: Send) -> None:
+        _allow(method, "POST")
+        stored = await hosted.run_locked(hosted.reset)
+        await _send_json(send, 200, {**hosted.info(), "stored_episode_id": stored})
+
+    async def _hash(self, hosted: _Hosted, method: str, receive: Receive, send: Send) -> None:
+        _allow(method, "GET")
+        now = await hosted.run_locked(hosted.instance.hash)
+        world = hosted.instance.record.world_hash
+        await _send_json(send, 200, {"id": hosted.id, "hash": now, "world_hash": world,
+                                     "changed": now != world})
+
+    async def _diff(self, hosted: _Hosted, method: str, receive: Receive, send: Send) -> None:
+        _allow(method, "GET")
+        instance = hosted.instance
+        await _send(send, 200, await hosted.run_locked(
+            lambda: msgspec.json.encode(instance.diff())))
+
+    async def _episode(self, hosted: _Hosted, method: str, receive: Receive,
+                       send: Send) -> None:
+        _allow(method, "GET")
+        instance = hosted.instance
+        await _send(send, 200, await hosted.run_locked(lambda: instance.episode.to_json()))
+
+    async def _shell(self, hosted: _Hosted, method: str, receive: Receive,
+                     send: Send) -> None:
+        _allow(method, "POST")
+        request = _fields(_json_body(await _read_body(receive)), ("command",),
+                          '{"command": "<one bash command>"}')
+        command = _text(request.get("command"), "command")
+        _enabled(hosted, "shell")
+        result = await hosted.shell(command)
+        await _send_json(send, 200, {"observation": result.text, "is_error": result.is_error,
+                                     **(result.structured or {})})
+
+    async def _answer(self, hosted: _Hosted, method: str, receive: Receive,
+                      send: Send) -> None:
+        _allow(method, "POST")
+        request = _fields(_json_body(await _read_body(receive)), ("text",),
+                          '{"text": "<the final answer>"}')
+        text = _text(request.get("text"), "text", empty=True)
+        _enabled(hosted, "answer")
+        result = await hosted.answer(text)
+        if result.is_error:
+            raise _HttpError(409, result.text)
+        await _send_json(send, 200, {"id": hosted.id, "answer": text})
+
+    async def _grade(self, hosted: _Hosted, method: str, receive: Receive,
+                     send: Send) -> None:
+        _allow(method, "POST")
+        request = _fields(_json_body(await _read_body(receive)), ("task", "answer"),
+                          '{"task": "<task id>" (default: the instance\'s), "answer": '
+                          '"<text>" (default: the answer given)}')
+        task_id = request.get("task", hosted.task.task_id if hosted.task else None)
+        if task_id is None:
+            raise _HttpError(400, f"instance {hosted.id} was created without a task: name "
+                                  'one, {"task": "<task id>"}')
+        task = self._task(task_id)
+        answer = request.get("answer", hosted.instance.episode.answer)
+        if answer is not None:
+            answer = _text(answer, "answer", empty=True)
+        await _send_json(send, 200, await self._graded(hosted, task, answer))
+
+    async def _graded(self, hosted: _Hosted, task: ServedTask, answer: str | None
+                      ) -> dict[str, Any]:
+        """V(W0, W, answer) of the instance as it is now (in a thread: the verifier copies
+        and hashes files and runs in a subprocess)."""
+        world = hosted.instance.record.world_hash
+        if world != task.world_hash:
+            raise _HttpError(409, f"instance {hosted.id} is world {world}, but task "
+                                  f"{task.task_id} starts from {task.world} "
+                                  f"({task.world_hash}): create an instance of the task's "
+                                  'world ({"task": "' + task.task_id + '"})')
+        instance = hosted.instance
+        grade: Grade = await hosted.run_locked(lambda: task.grade(instance, answer))
+        return {"task_id": task.task_id, "answer": answer, **grade}
+
+    def _task(self, value: object) -> ServedTask:
+        if not isinstance(value, str):
+            raise _HttpError(400, f"task must be a task id (a string), not {_shown(value)}")
+        if not self.tasks:
+            raise _HttpError(404, f"no task {_shown(value)}: this gateway serves no tasks "
+                                  "(start it with worldctl serve --tasks DIR|PACK)")
+        task = self.tasks.get(value)
+        if task is None:
+            names = sorted(self.tasks)
+            listed = ", ".join(names[:10]) + (f" and {len(names) - 10} more"
+                                              if len(names) > 10 else "")
+            raise _HttpError(404, f"no task {_shown(value)} (served: {listed}; GET /tasks)")
+        return task
 
     async def _mcp(self, hosted: _Hosted, scope: Scope, receive: Receive, send: Send) -> None:
         # The GET event stream stays open while a client is connected; it does not keep an
@@ -420,20 +725,90 @@ class Gateway:
             hosted.in_flight -= counts
             hosted.touch()
 
+    # --- OpenEnv: reset / step / state of one instance ----------------------------------
+
+    async def _openenv(self, hosted: _Hosted, op: str, scope: Scope, receive: Receive,
+                       send: Send) -> None:
+        method: str = scope["method"]
+        if op == "reset":
+            _allow(method, "POST")
+            request = _fields(_json_body(await _read_body(receive)), ("seed", "episode_id"),
+                              '{"seed": <int> (ignored: worlds are deterministic), '
+                              '"episode_id": <string> (ignored: episode ids are content '
+                              "ids)}")
+            _openenv_reset_fields(request)
+            stored = await hosted.run_locked(hosted.reset)
+            await _send_json(send, 200, {
+                "observation": _first_observation(hosted), "reward": None, "done": False,
+                "metadata": {"step": 0, "episode_id": hosted.instance.episode.episode_id,
+                             "stored_episode_id": stored}})
+        elif op == "step":
+            _allow(method, "POST")
+            request = _fields(_json_body(await _read_body(receive)),
+                              ("action", "timeout_s", "request_id"),
+                              '{"action": {"tool": NAME, "arguments": {...}} | {"shell": '
+                              'COMMAND} | {"answer": TEXT} | {"type": "call_tool", '
+                              '"tool_name": NAME, "arguments": {...}} | {"type": '
+                              '"list_tools"}}')
+            await _send_json(send, 200, await self._step(hosted, _action(
+                request.get("action"))))
+        elif op == "state":
+            _allow(method, "GET")
+            hosted.touch()
+            episode = hosted.instance.episode
+            await _send_json(send, 200, {
+                "episode_id": episode.episode_id, "step_count": hosted.steps,
+                "done": hosted.done, "max_steps": hosted.setup.max_steps,
+                "task": episode.task, "agent": episode.agent, "answer": episode.answer,
+                "calls": len(episode.calls), "world_hash": episode.world_hash})
+        else:
+            raise _HttpError(404, f"no such endpoint: {_shown(scope['path'])} (OpenEnv: "
+                                  "openenv/reset, openenv/step, openenv/state)")
+
+    async def _step(self, hosted: _Hosted, action: _Action) -> dict[str, Any]:
+        if hosted.done:
+            raise _HttpError(409, f"the episode of instance {hosted.id} is done (answered "
+                                  "or at its step limit): POST "
+                                  f"/instances/{hosted.id}/openenv/reset to start another")
+        kind, value, arguments = action
+        if kind in ("shell", "answer"):
+            _enabled(hosted, kind)
+        hosted.steps += 1
+        observation: dict[str, Any]
+        if kind == "list_tools":
+            observation = {"tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in hosted.instance.list_tools()]}
+        elif kind == "tool":
+            result = await hosted.call(value, arguments)
+            observation = {"text": result.text, "is_error": result.is_error}
+        elif kind == "shell":
+            result = await hosted.shell(value)
+            observation = {"text": result.text, "is_error": result.is_error,
+                           **(result.structured or {})}
+        else:
+            result = await hosted.answer(value)
+            if result.is_error:  # answered meanwhile (over MCP or REST)
+                raise _HttpError(409, result.text)
+            observation = {"answer": value}
+        truncated = not hosted.done and hosted.steps >= hosted.setup.max_steps
+        hosted.done = hosted.done or truncated
+        metadata: dict[str, Any] = {"step": hosted.steps, "truncated": truncated,
+                                    "episode_id": hosted.instance.episode.episode_id}
+        reward: float | None = 0.0
+        if hosted.done and hosted.task is not None:
+            graded = await self._graded(hosted, hosted.task, hosted.instance.episode.answer)
+            metadata["grade"] = graded
+            reward = graded["reward"]
+        return {"observation": observation, "reward": reward, "done": hosted.done,
+                "metadata": metadata}
+
     # --- instances --------------------------------------------------------------------
 
     async def _create(self, receive: Receive) -> _Hosted:
-        request = _json_body(await _read_body(receive))
-        unknown = sorted(set(request) - {"world", "mode", "bare_names"})
-        if unknown:
-            raise _HttpError(400, f"unknown field(s) {', '.join(unknown)}: the body is "
-                                  '{"world": "persona@day" or a world hash, "mode": '
-                                  '"tools" or "meta", "bare_names": true or false}')
-        world = _world_ref(request.get("world"))
-        mode = _mode(request.get("mode", self.mode))
-        bare_names = request.get("bare_names")
-        if bare_names is not None and not isinstance(bare_names, bool):
-            raise _HttpError(400, f"bare_names must be true or false, not {_shown(bare_names)}")
+        request = _fields(_json_body(await _read_body(receive)), _CREATE_FIELDS,
+                          _CREATE_SHAPE)
+        setup, world, bare_names = self._setup(request)
         if len(self.instances) + self._pending >= self.max_instances:
             raise _HttpError(429, f"the gateway already holds its maximum of "
                                   f"{self.max_instances} instances: DELETE one, or wait for "
@@ -441,7 +816,7 @@ class Gateway:
         self._pending += 1
         try:
             try:
-                hosted = await asyncio.to_thread(self._open, world, mode, bare_names)
+                hosted = await asyncio.to_thread(self._open, world, setup, bare_names)
             except WorldError as exc:
                 raise _HttpError(_status_of(exc), str(exc)) from None
             try:
@@ -454,21 +829,66 @@ class Gateway:
             self._pending -= 1
         return hosted
 
-    def _open(self, world: str, mode: Mode, bare_names: bool | None = None) -> _Hosted:
+    def _setup(self, request: dict[str, Any]) -> tuple[_Setup, str, bool | None]:
+        """A create request's setup, world reference and bare_names, checked."""
+        task = self._task(request["task"]) if "task" in request else None
+        if "world" in request or task is None:
+            world = _world_ref(request.get("world"))
+        else:
+            world = task.world_hash  # the task's world, whatever its persona@day is called
+        agent = request.get("agent")
+        if agent is not None:
+            agent = _text(agent, "agent", limit=MAX_LABEL)
+        max_steps = request.get("max_steps", self.max_steps)
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or not (
+                1 <= max_steps <= 1_000_000):
+            raise _HttpError(400, f"max_steps must be an integer from 1 to 1000000, not "
+                                  f"{_shown(max_steps)}")
+        setup = _Setup(
+            mode=_mode(request.get("mode", self.mode)), task=task, agent=agent,
+            shell=_flag(request, "shell", task is not None and "shell" in task.interfaces),
+            answer=_flag(request, "answer", task is not None), max_steps=max_steps)
+        bare_names = request.get("bare_names")
+        if bare_names is not None and not isinstance(bare_names, bool):
+            raise _HttpError(400, f"bare_names must be true or false, not {_shown(bare_names)}")
+        return setup, world, bare_names
+
+    def _open(self, world: str, setup: _Setup, bare_names: bool | None = None) -> _Hosted:
         # One open at a time: a first open may build and cache the snapshot.
         with self._open_lock:
             instance = self.environment.open(world, bare_names=bare_names)
         try:
-            return _Hosted(instance, mode, self.call_timeout, self._workers)
+            task = setup.task
+            if task is not None and instance.record.world_hash != task.world_hash:
+                raise _HttpError(409, f"{world} is world {instance.record.world_hash}, but "
+                                      f"task {task.task_id} starts from {task.world} "
+                                      f"({task.world_hash}): leave out \"world\" to get the "
+                                      "task's")
+            try:
+                return _Hosted(instance, setup, self.call_timeout, self._workers,
+                               self.environment.worlds)
+            except ValueError as exc:  # a service tool named like an agent tool
+                raise _HttpError(409, str(exc)) from None
         except BaseException:
             instance.close()
             raise
+
+    async def _close(self, hosted: _Hosted) -> dict[str, Any]:
+        """Close an unpublished instance, storing its episode; remember what it left."""
+        closing = await hosted.close()
+        self.closed[hosted.id] = closing
+        while len(self.closed) > CLOSED_KEPT:
+            del self.closed[next(iter(self.closed))]
+        if closing.get("episode_id"):
+            log.info("instance %s closed: episode %s stored", hosted.id,
+                     closing["episode_id"])
+        return closing
 
     def _discard(self, iid: str) -> None:
         """Unpublish an instance now and close it in the background."""
         hosted = self.instances.pop(iid, None)
         if hosted is not None:
-            task = asyncio.create_task(hosted.close(), name=f"close-{iid}")
+            task = asyncio.create_task(self._close(hosted), name=f"close-{iid}")
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
@@ -596,6 +1016,87 @@ def _mode(value: object) -> Mode:
         if value == mode and isinstance(value, str):
             return mode  # type: ignore[no-any-return]
     raise _HttpError(400, f"unknown mode {_shown(value)}: use 'tools' or 'meta'")
+
+
+def _fields(request: dict[str, Any], allowed: tuple[str, ...], shape: str) -> dict[str, Any]:
+    """Refuse a body field the endpoint does not know (a typo must not pass unseen)."""
+    unknown = sorted(set(request) - set(allowed))
+    if unknown:
+        raise _HttpError(400, f"unknown field(s) {', '.join(_shown(u) for u in unknown[:5])}: "
+                              f"the body is {shape}")
+    return request
+
+
+def _text(value: object, name: str, *, empty: bool = False, limit: int | None = None
+          ) -> str:
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise _HttpError(400, f"{name} must be a{'' if empty else ' non-empty'} string, not "
+                              f"{_shown(value)}")
+    if limit is not None and len(value) > limit:
+        raise _HttpError(400, f"{name} is over {limit} characters")
+    return value
+
+
+def _flag(request: dict[str, Any], name: str, default: bool) -> bool:
+    value = request.get(name, default)
+    if not isinstance(value, bool):
+        raise _HttpError(400, f"{name} must be true or false, not {_shown(value)}")
+    return value
+
+
+def _enabled(hosted: _Hosted, tool: str) -> None:
+    """Refuse the shell or the answer on an instance created without it."""
+    if not getattr(hosted.setup, tool):
+        raise _HttpError(409, f"instance {hosted.id} was created without the {tool} tool "
+                              f'(create one with "{tool}": true, or for a task that has it)')
+
+
+# An OpenEnv action: (kind, the tool name / command / answer, a tool's arguments).
+_Action = tuple[str, str, dict[str, Any]]
+_ACTION_KEYS: dict[str, tuple[str, ...]] = {  # every form also takes OpenEnv's "metadata"
+    "tool": ("tool", "arguments"), "shell": ("shell",), "answer": ("answer",),
+    "call_tool": ("type", "tool_name", "arguments"), "list_tools": ("type",)}
+
+
+def _action(value: object) -> _Action:
+    """A step's action: ours (tool / shell / answer, as envs.gym takes) or OpenEnv's MCP
+    actions (``{"type": "call_tool" | "list_tools", ...}``)."""
+    if not isinstance(value, dict):
+        raise _HttpError(400, 'the body needs "action": an object such as {"tool": NAME, '
+                              '"arguments": {...}}, {"shell": COMMAND} or {"answer": TEXT}')
+    kinds = [k for k in ("tool", "shell", "answer") if k in value]
+    kind = value.get("type") if not kinds else kinds[0]
+    if len(kinds) > 1 or kind not in _ACTION_KEYS or (kinds and "type" in value):
+        raise _HttpError(400, f"action {_shown(value)}: give exactly one of tool, shell or "
+                              'answer (or "type": "call_tool" / "list_tools")')
+    _fields(value, (*_ACTION_KEYS[kind], "metadata"), f"a {kind} action")
+    arguments = value.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise _HttpError(400, f"action arguments must be an object, not {_shown(arguments)}")
+    if kind == "list_tools":
+        return "list_tools", "", {}
+    if kind in ("tool", "call_tool"):
+        return "tool", _text(value.get("tool", value.get("tool_name")), "tool name"), arguments
+    return kind, _text(value[kind], kind, empty=kind == "answer"), {}
+
+
+def _openenv_reset_fields(request: dict[str, Any]) -> None:
+    seed = request.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise _HttpError(400, f"seed must be an integer or null, not {_shown(seed)}")
+    episode_id = request.get("episode_id")
+    if episode_id is not None:
+        _text(episode_id, "episode_id", limit=255)
+
+
+def _first_observation(hosted: _Hosted) -> dict[str, Any]:
+    task = hosted.task
+    return {"instruction": task.instruction if task else None,
+            "task": task.task_id if task else None,
+            "tools": [t.name for t in hosted.instance.list_tools()],
+            "shell": hosted.setup.shell, "answer": hosted.setup.answer,
+            "world_hash": hosted.instance.record.world_hash,
+            "max_steps": hosted.setup.max_steps}
 
 
 def _world_ref(value: object) -> str:

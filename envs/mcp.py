@@ -6,6 +6,11 @@
 * ``"meta"``: AWM's two meta-tools: ``list_tools`` (every tool with name, description and
   input schema) and ``call_tool(tool_name, arguments)``.
 
+In either mode the caller may add two agent tools beside them (the gateway does, per
+instance): ``shell(command)``, one bash command in the instance's workspace, and
+``answer(text)``, the agent's final answer. They are the caller's coroutines: the server
+only names and describes them.
+
 This server is the only FastMCP layer of a call: its tools validate nothing and hand every
 call to the instance's one dispatch (``Instance.acall_tool``), which validates the
 arguments against the tool's schema, runs the tool against this instance only and records
@@ -29,6 +34,8 @@ from envs.instance import Instance
 
 Mode = Literal["tools", "meta"]
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallResult]]
+TextCaller = Callable[[str], Awaitable[CallResult]]  # shell(command) / answer(text)
+AGENT_TOOLS = ("shell", "answer")
 
 
 class _InstanceTool(Tool):
@@ -48,9 +55,12 @@ class _InstanceTool(Tool):
 
 
 def instance_server(instance: Instance, mode: Mode = "tools", *,
-                    call: Caller | None = None) -> FastMCP:
+                    call: Caller | None = None, shell: TextCaller | None = None,
+                    answer: TextCaller | None = None) -> FastMCP:
     """`call` replaces ``instance.acall_tool`` as the coroutine every call goes through
-    (the gateway's adds locking and a timeout)."""
+    (the gateway's adds locking and a timeout). `shell` and `answer`, when given, are
+    served as the tools of the same names; ValueError if a service tool already has the
+    name in tools mode (a bare-named tool can)."""
     caller: Caller = call or instance.acall_tool
     server = FastMCP(f"agent-worlds {instance.record.persona}@{instance.record.day}")
     if mode == "tools":
@@ -60,10 +70,51 @@ def instance_server(instance: Instance, mode: Mode = "tools", *,
                 output_schema=info.output_schema, call=caller,
                 annotations=ToolAnnotations(read_only_hint=not info.writes),
             ))
-        return server
-    if mode != "meta":
+    elif mode == "meta":
+        _add_meta_tools(server, instance, caller)
+    else:
         raise ValueError(f"unknown MCP mode {mode!r}: use 'tools' or 'meta'")
+    # In meta mode service tools sit behind call_tool: only the tools mode can clash.
+    taken = {t.name for t in instance.list_tools()} if mode == "tools" else set()
+    _add_agent_tools(server, taken, shell, answer)
+    return server
 
+
+def _add_agent_tools(server: FastMCP, taken: set[str], shell: TextCaller | None,
+                     answer: TextCaller | None) -> None:
+    for name, given in (("shell", shell), ("answer", answer)):
+        if given is not None and name in taken:
+            raise ValueError(f"a service tool is already named {name!r}: the {name} tool "
+                             "cannot be served beside it (serve service-prefixed names)")
+    if shell is not None:
+        run = shell
+
+        async def shell_tool(command: Annotated[str, Field(
+                description="One bash command, run in the workspace (the world's files)")]
+                             ) -> ToolResult:
+            """Run one bash command in this world's workspace and see its output: stdout,
+            then [stderr] and [exit N] when there are any. Files it writes stay."""
+            return _tool_result(await run(command))
+
+        server.add_tool(Tool.from_function(shell_tool, name="shell"))
+    if answer is not None:
+        give = answer
+
+        async def answer_tool(text: Annotated[str, Field(
+                description="Your final answer, in words")]) -> ToolResult:
+            """Give your final answer to the task. Call it once, when you are done: it
+            ends the episode."""
+            return _tool_result(await give(text))
+
+        server.add_tool(Tool.from_function(answer_tool, name="answer"))
+
+
+def _tool_result(result: CallResult) -> ToolResult:
+    return ToolResult(content=[TextContent(type="text", text=result.text)],
+                      is_error=result.is_error)
+
+
+def _add_meta_tools(server: FastMCP, instance: Instance, caller: Caller) -> None:
     def list_tools() -> list[dict[str, Any]]:
         """List every tool of this environment: name, description and input schema.
         Call it once, first."""
@@ -83,13 +134,10 @@ def instance_server(instance: Instance, mode: Mode = "tools", *,
                 return _error(f"arguments are not valid JSON: {exc}")
             if not isinstance(arguments, dict):
                 return _error("arguments must be a JSON object")
-        result = await caller(tool_name, arguments)
-        return ToolResult(content=[TextContent(type="text", text=result.text)],
-                          is_error=result.is_error)
+        return _tool_result(await caller(tool_name, arguments))
 
     server.add_tool(Tool.from_function(list_tools, name="list_tools"))
     server.add_tool(Tool.from_function(call_tool, name="call_tool"))
-    return server
 
 
 def _error(text: str) -> ToolResult:

@@ -184,3 +184,11 @@ def test_serve_without_the_envs_extra_names_the_extra(store: str, tmp_path: Path
     done = run("--store", store, "serve", "--port", "0", env=without(tmp_path, "uvicorn"))
     assert_refused(done.stderr, done.returncode, "uvicorn",
                    "pip install 'agent-worlds[envs]'")
+
+
+def test_serve_refuses_tasks_it_cannot_serve_before_starting(store: str,
+                                                             tmp_path: Path) -> None:
+    done = run("--store", store, "serve", "--port", "0", "--tasks", "no-such-pack")
+    assert_refused(done.stderr, done.returncode, "no pack named 'no-such-pack'")
+    done = run("--store", store, "serve", "--port", "0", "--tasks", str(tmp_path))
+    assert_refused(done.stderr, done.returncode, str(tmp_path), "neither a task folder")

@@ -202,12 +202,20 @@ def test_one_instance_through_both_clients(rest: httpx2.Client, base: str, gatew
 
     reset = rest.post(f"/instances/{iid}/reset")
     assert reset.status_code == 200 and reset.json()["calls"] == 0
+    stored = reset.json()["stored_episode_id"]  # the four calls, stored before the reset
+    assert worlds.store.episode(stored).n_calls == 4
     assert rest.get(f"/instances/{iid}/hash").json()["hash"] == world_hash
     assert Episode.from_json(rest.get(f"/instances/{iid}/episode").content).events == []
 
-    assert rest.delete(f"/instances/{iid}").status_code == 204
+    closed = rest.delete(f"/instances/{iid}")
+    assert closed.status_code == 200, closed.text
+    assert closed.json() == {
+        "id": iid, "closed": True, "calls": 0, "episode_id": None, "stored": False,
+        "reason": "the episode has no calls and no answer: not stored",
+        "stored_episodes": [stored]}
     assert not path.exists()
-    assert rest.get(f"/instances/{iid}").status_code == 404
+    gone = rest.get(f"/instances/{iid}")
+    assert gone.status_code == 404 and "its episode was not stored" in gone.json()["error"]
     assert rest.delete(f"/instances/{iid}").status_code == 404
     assert httpx2.post(url, json={}, headers={"Authorization": f"Bearer {TOKEN}"}
                        ).status_code == 404
@@ -294,7 +302,7 @@ def test_serve_help_lists_the_options() -> None:
     result = CliRunner().invoke(cli, ["serve", "--help"])
     assert result.exit_code == 0
     for option in ("--host", "--port", "--token", "WORLDCTL_TOKEN", "--max-instances",
-                   "--idle-timeout", "--call-timeout", "--mode"):
+                   "--idle-timeout", "--call-timeout", "--mode", "--tasks", "--max-steps"):
         assert option in result.output
 
 
@@ -414,7 +422,9 @@ def test_fuzzed_rest_requests_never_get_a_5xx(rest: httpx2.Client) -> None:
     ids = st.one_of(st.just(made["id"]), st.text(min_size=1, max_size=30).filter(
         lambda s: s not in (".", "..")).map(lambda s: quote(s, safe="")))
     actions = st.sampled_from(["", "/reset", "/hash", "/diff", "/episode", "/nope",
-                               "/mcp/x", "/hash/x"])
+                               "/mcp/x", "/hash/x", "/shell", "/answer", "/grade",
+                               "/openenv/reset", "/openenv/step", "/openenv/state",
+                               "/openenv/nope"])
     methods = st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE"])
 
     @settings(max_examples=150, deadline=None,
@@ -433,7 +443,7 @@ def test_fuzzed_rest_requests_never_get_a_5xx(rest: httpx2.Client) -> None:
                 "content-type", "").startswith("application/json"):
             assert response.json().get("error") or response.json().get("jsonrpc")
         if response.status_code == 201:
-            assert rest.delete(f"/instances/{response.json()['id']}").status_code == 204
+            assert rest.delete(f"/instances/{response.json()['id']}").status_code == 200
 
     probe()
 

@@ -145,12 +145,21 @@ def check_port_free(host: str, port: int) -> None:
 @click.option("--bare-names", is_flag=True, default=False,
               help="Name tools without their service prefix (AWM's operation_id names, "
                    "as AWM-trained agents expect); a create request can say otherwise.")
+@click.option("--tasks", "task_sources", multiple=True, metavar="DIR|PACK",
+              help="Tasks to create instances for and grade against: a task folder, a "
+                   "folder of task folders, or a pack name (repeatable).")
+@click.option("--max-steps", default=50, show_default=True, type=click.IntRange(min=1),
+              help="OpenEnv steps of an episode before it is done (a create request can "
+                   "say otherwise).")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, token: str | None, max_instances: int,
-          idle_timeout: float, call_timeout: float, mode: str, bare_names: bool) -> None:
+          idle_timeout: float, call_timeout: float, mode: str, bare_names: bool,
+          task_sources: tuple[str, ...], max_steps: int) -> None:
     """Serve instances of the stored worlds to agents over HTTP.
 
-    REST at /instances, MCP (streamable HTTP) at /instances/<id>/mcp.
+    REST at /instances (shell, answer, grade, close), MCP (streamable HTTP) at
+    /instances/<id>/mcp, OpenEnv reset/step/state at /instances/<id>/openenv. Every
+    instance's episode is stored when it is closed or reset.
     """
     try:
         from envs.gateway import check_bind
@@ -162,6 +171,12 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
 
     check_bind(host, token)
     check_port_free(host, port)
-    run_gateway(Environment(worlds(ctx), bare_names=bare_names), host=host, port=port,
-                token=token, max_instances=max_instances, idle_timeout=idle_timeout,
-                call_timeout=call_timeout, mode=mode)
+    env = Environment(worlds(ctx), bare_names=bare_names)
+    tasks = None
+    if task_sources:
+        from gates.served import load_served_tasks
+
+        tasks = load_served_tasks(env, task_sources, ctx.meta.get("worldctl.packs_dir"))
+    run_gateway(env, host=host, port=port, token=token, max_instances=max_instances,
+                idle_timeout=idle_timeout, call_timeout=call_timeout, mode=mode,
+                tasks=tasks, max_steps=max_steps)

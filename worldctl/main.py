@@ -64,6 +64,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                      "Five-layer validation of a stored day REF."),
     "pack": ("worldctl.packs", "pack",
              "Domain packs: list, show, export and import them."),
+    "rl": ("worldctl.rl", "rl",
+           "Training with verl: datasets, the SFT warm start, a launch config."),
     "demo": ("worldctl.demo", "demo",
              "The main job on the bundled demo world."),
 }

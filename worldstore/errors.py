@@ -46,12 +46,18 @@ drawn here exists where the entry says.
     ├── InvalidAnswer           gates       a judge's answer that is not the required JSON
     ├── RewardError             gates       input that has no reward (a verifier error, an
     │                                       empty checklist, ...); also a ValueError
-    └── AwmError                awm         an AWM import that is refused (an unknown
-        │                                   scenario name, no AWM file); nothing stored
-        ├── AwmFormatError      awm         a file that is not AWM's format; names file and
-        │                                   line; the whole import is refused
-        └── ScenarioRefused     awm         an AWM scenario that cannot be imported; names
-                                            file, line and scenario; nothing stored for it
+    ├── AwmError                awm         an AWM import that is refused (an unknown
+    │   │                                   scenario name, no AWM file); nothing stored
+    │   ├── AwmFormatError      awm         a file that is not AWM's format; names file and
+    │   │                                   line; the whole import is refused
+    │   └── ScenarioRefused     awm         an AWM scenario that cannot be imported; names
+    │                                       file, line and scenario; nothing stored for it
+    └── RLError                 rl          a training dataset, warm start or launch config
+        │                                   that is refused (an unknown or empty split, a
+        │                                   task's world not in the store); nothing written
+        └── RolloutLost         rl          a rollout lost to the infrastructure (instance,
+                                            verifier, model server); retried on a fresh
+                                            instance, then reported lost
 
 Outside WorldError on purpose (the root names the foreign base class):
 

@@ -1,0 +1,292 @@
+"""The training loop's costs on CPU, with a fake model server (no GPU, no weights).
+
+    .venv/bin/python bench/bench_rl.py [--quick] [--rounds R] [--trajectories N]
+
+1. **Per-turn overhead** of our agent loop (``rl.verl_loop.WorldAgentLoop``: parse, the
+   real tool call on a demo instance, recording, token merging) against verl's own
+   ``ToolAgentLoop`` with no-op function tools of the same names and schemas, both through
+   verl's ``AgentLoopWorker`` with the same scripted server and the same local tokenizer.
+   Each is timed on a 1-turn and a 21-turn trajectory, interleaved round by round; the
+   per-turn cost is (t21 - t1) / 20, so the fixed costs (our instance and grading, their
+   prompt) cancel out. Target <= 1.5x.
+2. **1,024 concurrent trajectories** (64 task rows x 16, the demo pack's six tasks
+   cycled) through one worker, instances pre-fetched: errors (rollouts lost), trajectories
+   per second, p50/p99 of an environment step (one tool call as the loop waited for it).
+   Each trajectory: three reads and an answer, graded by the task's verifier.
+3. **Instance preparation per batch** (pre-fetching the batch's 1,024 instances) against
+   the time the fake model takes for the same batch (its calls at ``--model-ms`` each,
+   concurrent, as a served model would be): what the pre-fetch has to hide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, interleave, median
+
+sys.path.insert(0, str(REPO / "tests"))  # the local tokenizer builder the tests use
+
+B = "rl"
+DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
+READ = ("chat_list_users", {})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--trajectories", type=int, default=None)
+    ap.add_argument("--model-ms", type=float, default=50.0)
+    a = ap.parse_args(argv)
+    rounds = a.rounds or (3 if a.quick else 7)
+    count = a.trajectories or (64 if a.quick else 1024)
+    work = fresh_dir(WORK_DIR / B)
+    setup = _setup(work)
+    report = Report(B, {"rounds": rounds, "trajectories": count, "model_ms": a.model_ms})
+    _per_turn(report, setup, rounds)
+    _concurrent(report, setup, count, a.model_ms)
+    emit(report, quick=a.quick)
+
+
+# --- set-up -----------------------------------------------------------------------------
+
+
+def _setup(work: Path) -> dict[str, Any]:
+    from rl_tokenizer import tiny_tokenizer
+    from transformers import Qwen2Config
+
+    from replay import Worlds
+
+    store = work / "store"
+    worlds = Worlds.open(store)
+    worlds.import_file(DEMO)
+    worlds.close()
+    os.environ["AGENT_WORLDS_STORE"] = str(store)
+    model = work / "model"
+    tokenizer = tiny_tokenizer(model)
+    Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                max_position_embeddings=65536,
+                architectures=["Qwen2ForCausalLM"]).save_pretrained(model)
+    tools = _noop_tools(work / "noop_tools.py", store)
+    return {"store": store, "model": model, "tools": tools, "work": work}
+
+
+def _noop_tools(path: Path, store: Path) -> Path:
+    """verl function tools with the demo world's tool names and schemas (and shell and
+    answer), each returning the text the real read returns: verl's loop sees the same
+    prompt and the same tool turns as ours, and does no work for them."""
+    from envs.instance import Environment
+    from replay import Worlds
+    from rl.world import WorldRuntime
+
+    worlds = Worlds.open(store)
+    try:
+        with Environment(worlds).open("lars@7") as instance:
+            schemas, _ = WorldRuntime(worlds).tools(instance, "tools")
+            seen = instance.call_tool(*READ).text  # what the real call returns
+    finally:
+        worlds.close()
+    lines = ["from verl.tools.function_tool import function_tool", ""]
+    for i, schema in enumerate(_verl_shaped(s) for s in schemas):
+        name = schema["function"]["name"]
+        lines += [f"@function_tool(name={name!r}, schema={schema!r})",
+                  f"def tool_{i}(**kwargs):", f"    return {seen!r}", ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _verl_shaped(schema: dict[str, Any]) -> dict[str, Any]:
+    """verl's tool schema model needs a ``type`` on every property: an ``anyOf`` of a
+    type and null (an optional argument) becomes that type, the rest is kept."""
+    function = dict(schema["function"])
+    parameters = dict(function["parameters"])
+    properties = {}
+    for name, prop in parameters.get("properties", {}).items():
+        if "type" not in prop:
+            kinds = [p.get("type") for p in prop.get("anyOf", []) if p.get("type") != "null"]
+            prop = {**{k: v for k, v in prop.items() if k != "anyOf"},
+                    "type": kinds[0] if kinds else "string"}
+        properties[name] = prop
+    parameters["properties"] = properties
+    return {**schema, "function": {**function, "parameters": parameters}}
+
+
+def _config(setup: dict[str, Any], *overrides: str) -> Any:
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=[
+            f"actor_rollout_ref.model.path={setup['model']}",
+            "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.mode=async",
+            "actor_rollout_ref.rollout.prompt_length=32768",
+            "actor_rollout_ref.rollout.response_length=32768",
+            "actor_rollout_ref.rollout.multi_turn.format=hermes",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=64",
+            # verl cuts tool results to 256 characters by default; ours shows up to 8,000:
+            # the same for both, so both loops see the same tool turns
+            "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=8000",
+            f"actor_rollout_ref.rollout.agent.agent_loop_config_path="
+            f"{REPO / 'rl' / 'agent_loop.yaml'}",
+            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={setup['tools']}",
+            *overrides])
+
+
+class FakeServer:
+    """verl's server manager: each trajectory makes `turns` calls of one read tool, then
+    answers (ours) or stops calling (verl's loop ends a trajectory on a reply without a
+    call); `delay` seconds per call, like a model's latency."""
+
+    def __init__(self, tokenizer: Any, turns: int, *, delay: float = 0.0) -> None:
+        self.turns, self.delay = turns, delay
+        self.counts: dict[str, int] = {}
+        call = json.dumps({"name": READ[0], "arguments": READ[1]})
+        self.call = tokenizer.encode(f"<think>Look.</think>\n<tool_call>\n{call}\n"
+                                     "</tool_call><|im_end|>")
+        answer = json.dumps({"name": "answer", "arguments": {"text": "done"}})
+        self.answer = tokenizer.encode(f"<tool_call>\n{answer}\n</tool_call><|im_end|>")
+        self.stop = tokenizer.encode("Done.<|im_end|>")
+        self.model_seconds = 0.0
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int],
+                       sampling_params: dict[str, Any], **_: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        n = self.counts.get(request_id, 0)
+        self.counts[request_id] = n + 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+            self.model_seconds += self.delay
+        ids = self.call if n < self.turns else self.answer if n == self.turns else self.stop
+        return TokenOutput(token_ids=list(ids), stop_reason="completed")
+
+
+def _rows(count: int) -> list[dict[str, Any]]:
+    from packs.registry import load_pack
+    from rl.dataset import rl_rows
+
+    pack = load_pack("demo")
+    every = [r for split in ("sft", "rl", "eval") for r in rl_rows(pack, split)]
+    return [every[i % len(every)] for i in range(count)]
+
+
+def _batch(rows: list[dict[str, Any]], agent: str) -> Any:
+    import numpy as np
+    from verl.protocol import DataProto
+
+    return DataProto.from_single_dict({
+        "raw_prompt": np.array([r["prompt"] for r in rows], dtype=object),
+        "agent_name": np.array([agent] * len(rows), dtype=object),
+        "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
+        "index": np.arange(len(rows)),
+    })
+
+
+# --- 1. per-turn overhead ----------------------------------------------------------------
+
+
+def _per_turn(report: Report, setup: dict[str, Any], rounds: int) -> None:
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    config = _config(setup)
+    worker = AgentLoopWorker(config, FakeServer(_tok(setup), 0))
+    row = _rows(1)
+
+    def run(agent: str, turns: int) -> float:
+        worker.llm_client = FakeServer(worker.tokenizer, turns)
+        batch = _batch(row, agent)
+        t0 = time.perf_counter()
+        asyncio.run(worker.generate_sequences(batch))
+        return time.perf_counter() - t0
+
+    for agent in ("agent_worlds", "tool_agent"):  # warm both: imports, caches, tokenizer
+        run(agent, 1)
+    times = interleave({
+        "ours_1": lambda: run("agent_worlds", 1), "ours_21": lambda: run("agent_worlds", 21),
+        "verl_1": lambda: run("tool_agent", 1), "verl_21": lambda: run("tool_agent", 21)},
+        rounds)
+    ours = (median(times["ours_21"]) - median(times["ours_1"])) / 20
+    verl = (median(times["verl_21"]) - median(times["verl_1"])) / 20
+    ratio = ours / verl
+    report.rows.append(Row(B, "per-turn overhead (parse, tool call, recording, tokens)",
+                           fmt_s(ours), fmt_s(verl), f"ours/verl = {ratio:.2f}x", "<= 1.5x",
+                           ratio <= 1.5))
+    report.data["per_turn"] = {k: v for k, v in times.items()}
+    report.notes.append(
+        f"per turn: ours {fmt_s(ours)}, verl's ToolAgentLoop {fmt_s(verl)} with no-op "
+        f"tools of the same schemas; fixed costs per trajectory: ours "
+        f"{fmt_s(median(times['ours_1']))} (instance, episode, verifier), verl's "
+        f"{fmt_s(median(times['verl_1']))}")
+
+
+def _tok(setup: dict[str, Any]) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(setup["model"]))
+
+
+# --- 2 and 3. a batch of concurrent trajectories -------------------------------------------
+
+
+def _concurrent(report: Report, setup: dict[str, Any], count: int, model_ms: float) -> None:
+    import msgspec
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+
+    from gates.task import load_task
+    from packs.registry import load_pack
+    from rl.contract import RowInfo
+    from rl.world import runtime
+
+    config = _config(setup)
+    rows = _rows(count)
+    world = runtime(str(setup["store"]))
+    pack = load_pack("demo")
+    tasks = [load_task(pack.task_dir(msgspec.convert(r["extra_info"], RowInfo).task_id))
+             for r in rows]
+    t0 = time.perf_counter()
+    asyncio.run(world.prefetch(tasks))
+    prepare = time.perf_counter() - t0
+    server = FakeServer(_tok(setup), 3, delay=model_ms / 1000)
+    worker = AgentLoopWorker(config, server)
+    t0 = time.perf_counter()
+    out = asyncio.run(worker.generate_sequences(_batch(rows, "agent_worlds")))
+    took = time.perf_counter() - t0
+    lost = int(sum(out.non_tensor_batch["env_error"].tolist()))
+    steps = sorted(s for seconds in out.non_tensor_batch["env_step_seconds"].tolist()
+                   for s in (seconds or []))
+    p50 = statistics.median(steps) if steps else 0.0
+    p99 = steps[min(len(steps) - 1, int(0.99 * len(steps)))] if steps else 0.0
+    model_wall = 4 * model_ms / 1000  # four calls per trajectory, all concurrent
+    report.rows += [
+        Row(B, f"{count} concurrent trajectories: rollouts lost", str(lost), "", "", "0",
+            lost == 0),
+        Row(B, f"{count} concurrent trajectories: throughput", f"{count / took:.1f}/s",
+            "", f"{fmt_s(took)} for the batch", "", None),
+        Row(B, "environment step p50 / p99", f"{fmt_s(p50)} / {fmt_s(p99)}", "", "", "",
+            None),
+        Row(B, f"instance preparation for {count} (pre-fetch)", fmt_s(prepare),
+            fmt_s(model_wall), f"prepare/model = {prepare / model_wall:.2f}x", "", None),
+    ]
+    report.data["concurrent"] = {"seconds": took, "lost": lost, "p50": p50, "p99": p99,
+                                 "prepare": prepare, "prefetch_hits": world.prefetched_hits,
+                                 "opened": world.opened, "model_seconds_serial":
+                                 server.model_seconds}
+    report.notes.append(
+        f"{count} trajectories in {fmt_s(took)} on {os.cpu_count()} cores ({lost} lost); "
+        f"each: 3 reads and an answer at {model_ms:g} ms per model call, then the episode "
+        f"stored and the verifier run; {world.prefetched_hits} of {count} instances came "
+        "pre-fetched")
+
+
+if __name__ == "__main__":
+    main()

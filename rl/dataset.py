@@ -1,0 +1,148 @@
+"""The RL dataset: one row per task of a pack's split, in verl's ``RLHFDataset`` schema.
+
+A row is what the agent loop starts a rollout from::
+
+    data_source    "agent_worlds/<pack>"   (rl.contract.DATA_SOURCE_PREFIX + the pack's name)
+    agent_name     "agent_worlds"          (rl.contract.AGENT_NAME: the loop verl runs)
+    prompt         [{"role": "system", "content": SYSTEM_PROMPT (META_SYSTEM_PROMPT in
+                     meta mode)}, {"role": "user", "content": the task's instruction}]:
+                   exactly the first two messages gates.llm_agent shows the model
+    ability        "agent"
+    reward_model   {"style": "rule", "ground_truth": <task_id>}
+    extra_info     rl.contract.RowInfo as plain data: pack, task_id, world, world_hash,
+                   interfaces, mode, reward, split, index
+
+Rows hold no absolute path, so a dataset written here is valid on any node that has the
+pack (``packs.registry.load_pack``) and a store with its worlds. The parquet file is
+written with fixed options and no statistics: the same pack gives the same bytes.
+
+polars only (the ``data`` extra); no torch or verl.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, get_args
+
+import msgspec
+
+from gates.llm_agent import META_SYSTEM_PROMPT, SYSTEM_PROMPT
+from gates.task import SPEC_FILE, Task, load_task
+from packs.registry import SPLITS, Pack
+from rl.contract import AGENT_NAME, DATA_SOURCE_PREFIX, Mode, RewardKind, RowInfo
+from rl.errors import RLError
+from worldstore.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from replay.engine import Worlds
+
+ABILITY = "agent"
+REWARD_STYLE = "rule"
+COLUMNS = ("data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info")
+MODES: tuple[str, ...] = get_args(Mode)
+REWARDS: tuple[str, ...] = get_args(RewardKind)
+
+
+def system_prompt(mode: Mode) -> str:
+    """The system prompt the agent is shown in `mode` (as gates.llm_agent.LLMAgent)."""
+    return META_SYSTEM_PROMPT if mode == "meta" else SYSTEM_PROMPT
+
+
+def prompt_messages(task: Task, mode: Mode) -> list[dict[str, str]]:
+    """The prompt of a task: the system prompt and the unhinted instruction."""
+    return [{"role": "system", "content": system_prompt(mode)},
+            {"role": "user", "content": task.instruction(hinted=False)}]
+
+
+def split_tasks(pack: Pack, split: str) -> list[Task]:
+    """The tasks of one split of a pack, loaded, in the split's order; RLError for an
+    unknown or empty split."""
+    if split not in SPLITS:
+        raise RLError(f"pack {pack.name!r} has no split {split!r} (splits: "
+                      f"{', '.join(SPLITS)})")
+    names = pack.splits.get(split, ())
+    if not names:
+        raise RLError(f"split {split!r} of pack {pack.name!r} has no tasks (splits.json "
+                      f"of {pack.root}); nothing to train on")
+    return [load_task(pack.task_dir(name)) for name in names]
+
+
+def check_task_world(worlds: Worlds, pack: Pack, task: Task) -> None:
+    """Refuse a task whose start world is not in the store as the task pins it (the check
+    gates.rollout makes before opening an instance)."""
+    where = f"task {task.task_id!r} of pack {pack.name!r} ({task.path / SPEC_FILE})"
+    try:
+        record = worlds.resolve(task.spec.world)
+    except NotFoundError as exc:
+        raise RLError(f"{where}: its world {task.spec.world} is not in the store ({exc}); "
+                      f"import the pack's logs first (worldctl import "
+                      f"{' '.join(str(p) for p in pack.worlds)})") from None
+    if record.world_hash != task.spec.world_hash:
+        raise RLError(f"{where}: {task.spec.world} has world hash {record.world_hash} in "
+                      f"this store, not {task.spec.world_hash}: the task was written for "
+                      "another world")
+
+
+def rl_rows(pack: Pack, split: str = "rl", *, mode: Mode = "tools",
+            reward: RewardKind = "wildawm", worlds: Worlds | None = None
+            ) -> list[dict[str, Any]]:
+    """One row per task of `split`, in the split's order. With `worlds`, every task's
+    start world must be in that store (RLError otherwise)."""
+    if mode not in MODES:
+        raise RLError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if reward not in REWARDS:
+        raise RLError(f"reward {reward!r} is not one of {', '.join(REWARDS)}")
+    tasks = split_tasks(pack, split)
+    rows = []
+    for index, task in enumerate(tasks):
+        if worlds is not None:
+            check_task_world(worlds, pack, task)
+        info = RowInfo(pack=pack.name, task_id=task.task_id, world=task.spec.world,
+                       world_hash=task.spec.world_hash, interfaces=list(task.spec.interfaces),
+                       mode=mode, reward=reward, split=split, index=index)
+        rows.append({
+            "data_source": DATA_SOURCE_PREFIX + pack.name,
+            "agent_name": AGENT_NAME,
+            "prompt": prompt_messages(task, mode),
+            "ability": ABILITY,
+            "reward_model": {"style": REWARD_STYLE, "ground_truth": task.task_id},
+            "extra_info": msgspec.to_builtins(info),
+        })
+    return rows
+
+
+def row_info(row: dict[str, Any]) -> RowInfo:
+    """A row's ``extra_info`` as the RowInfo it was written from (as the loop reads it)."""
+    return msgspec.convert(row["extra_info"], RowInfo)
+
+
+def write_parquet(rows: list[dict[str, Any]], out: Path, *, schema: Any = None) -> None:
+    """Write `rows` (with the polars `schema`, else the one inferred) to `out` with fixed
+    options (no statistics, one row group, zstd at a fixed level): the same rows give the
+    same bytes. The file appears whole or not at all (written beside it, then renamed)."""
+    import polars as pl
+
+    frame = pl.DataFrame(rows, schema=schema, infer_schema_length=None)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = out.with_name(f".{out.name}.tmp")
+    try:
+        frame.write_parquet(scratch, compression="zstd", compression_level=3,
+                            statistics=False, row_group_size=max(1, len(rows)),
+                            use_pyarrow=False)
+        scratch.replace(out)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def write_rl_dataset(pack: Pack, out: Path, split: str = "rl", *, mode: Mode = "tools",
+                     reward: RewardKind = "wildawm", worlds: Worlds | None = None
+                     ) -> list[dict[str, Any]]:
+    """Write the rows of `rl_rows` to the parquet file `out`; returns them."""
+    rows = rl_rows(pack, split, mode=mode, reward=reward, worlds=worlds)
+    write_parquet(rows, out)
+    return rows
+
+
+__all__ = ["ABILITY", "COLUMNS", "MODES", "REWARDS", "REWARD_STYLE", "check_task_world",
+           "prompt_messages", "rl_rows", "row_info", "split_tasks", "system_prompt",
+           "write_parquet", "write_rl_dataset"]

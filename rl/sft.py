@@ -1,0 +1,210 @@
+"""The SFT warm start: successful stored trajectories as chat conversations.
+
+An episode in the store counts when its task is one of the pack's (of `split`, or of any
+split) and its verdict, computed now by the task's verifier on the world its effects lead
+to (``gates.rollout.verify_episode_of_task``), passes. Each becomes one conversation, the
+one ``gates.llm_agent`` would have had (tools mode)::
+
+    system      SYSTEM_PROMPT
+    user        the task's instruction (unhinted)
+    assistant   per call, one tool call: {"id": "call_<i>", "type": "function",
+                "function": {"name": ..., "arguments": "<JSON text>"}}; a tool call under
+                the tool's name, a shell command as ``shell`` {"command": ...}
+    tool        its result as the agent is shown it (an error flagged "[error] ", a long
+                result cut at gates.llm_agent.OBSERVATION_LIMIT)
+    assistant   the answer, as an ``answer`` call {"text": ...} (ends the conversation)
+
+Columns (verl's MultiTurnSFTDataset: ``data.messages_key`` "messages", ``data.tools_key``
+"tools"): ``messages`` (every message has role, content, tool_calls, tool_call_id; the
+last two null where they do not apply), ``tools`` (the tool schemas offered, as JSON
+text: the instance's MCP tools, then ``shell`` and ``answer``), ``data_source``,
+``task_id`` and ``episode_id``.
+
+Why the tools are JSON text: parquet types every element of a list alike, so tool schemas
+with different parameters stored as structs would come back with every other tool's
+parameters as nulls (and schemas with a field of two types cannot be written at all).
+verl 0.9.1's MultiTurnSFTDataset passes the column on as it reads it, so train with
+``data.custom_cls.path=pkg://rl.sft data.custom_cls.name=WorldSFTDataset``: that class is
+verl's MultiTurnSFTDataset with the JSON decoded (built on first use: this module imports
+no verl or torch).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envs.episode import ShellCall, ToolCall
+from envs.episodes_store import list_episodes, load_episode
+from envs.instance import Environment
+from gates.llm_agent import ANSWER, ANSWER_TOOL, OBSERVATION_LIMIT, SHELL, SHELL_TOOL
+from gates.rollout import verify_episode_of_task
+from gates.task import Task, load_task
+from llm.client import function_tool
+from packs.registry import Pack
+from rl.contract import DATA_SOURCE_PREFIX
+from rl.dataset import check_task_world, prompt_messages, split_tasks, write_parquet
+from rl.errors import RLError
+
+if TYPE_CHECKING:
+    from envs.episode import Episode
+    from replay.engine import Worlds
+
+SFT_DATASET_CLASS = "WorldSFTDataset"  # data.custom_cls.name (path: pkg://rl.sft)
+
+
+def offered_tools(env: Environment, world_hash: str) -> list[dict[str, Any]]:
+    """The tools gates.llm_agent offers on an instance of the world (tools mode)."""
+    with env.open(world_hash) as instance:
+        infos = instance.list_tools()
+    return [*(function_tool(t.name, t.description,
+                            t.input_schema or {"type": "object", "properties": {}})
+              for t in infos), SHELL_TOOL, ANSWER_TOOL]
+
+
+def episode_messages(task: Task, episode: Episode) -> list[dict[str, Any]]:
+    """The conversation of one episode (see the module's docstring)."""
+    messages: list[dict[str, Any]] = [_message(m["role"], m["content"])
+                                      for m in prompt_messages(task, "tools")]
+    for i, call in enumerate(episode.calls):
+        call_id = f"call_{i}"
+        if isinstance(call, ToolCall):
+            name, arguments = call.tool, dict(call.arguments)
+            observation, is_error = call.text, call.is_error
+        else:
+            name, arguments = SHELL, {"command": call.command}
+            observation, is_error = _shell_observation(call), call.exit_code != 0
+        messages.append(_assistant_call(call_id, name, arguments))
+        messages.append(_message("tool", _shown(observation, is_error), tool_call_id=call_id))
+    if episode.answer is not None:
+        messages.append(_assistant_call(f"call_{len(episode.calls)}", ANSWER,
+                                        {"text": episode.answer}))
+    return messages
+
+
+def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = None
+             ) -> list[dict[str, Any]]:
+    """One row per stored episode of the pack's tasks (those of `split`, or all of them)
+    whose verdict passes now; ordered by task (in pack or split order), then episode id.
+    RLError when a task's world is not in the store or no episode passes."""
+    tasks = (split_tasks(pack, split) if split is not None
+             else [load_task(pack.task_dir(name)) for name in pack.tasks])
+    env = Environment(worlds)
+    rows: list[dict[str, Any]] = []
+    tools_by_world: dict[str, str] = {}
+    try:
+        for task in tasks:
+            check_task_world(worlds, pack, task)
+            for summary in list_episodes(worlds, task=task.task_id):
+                if summary.world_hash != task.spec.world_hash:
+                    continue  # another world's episode under this task id: not this task
+                if not verify_episode_of_task(worlds, task, summary.episode_id).passed:
+                    continue
+                world = task.spec.world_hash
+                if world not in tools_by_world:
+                    tools_by_world[world] = json.dumps(offered_tools(env, world),
+                                                       ensure_ascii=False)
+                episode = load_episode(worlds, summary.episode_id)
+                rows.append({"messages": episode_messages(task, episode),
+                             "tools": tools_by_world[world],
+                             "data_source": DATA_SOURCE_PREFIX + pack.name,
+                             "task_id": task.task_id, "episode_id": summary.episode_id})
+    finally:
+        env.close()
+    if not rows:
+        which = f"split {split!r}" if split is not None else "any task"
+        raise RLError(f"no stored episode of {which} of pack {pack.name!r} passes its "
+                      "verifier; store successful rollouts first (worldctl rollout "
+                      "TASK_DIR --agent scripted:reference)")
+    return rows
+
+
+def write_sft_dataset(worlds: Worlds, pack: Pack, out: Path, *, split: str | None = None
+                      ) -> list[dict[str, Any]]:
+    """Write the rows of `sft_rows` to the parquet file `out`; returns them."""
+    rows = sft_rows(worlds, pack, split=split)
+    write_parquet(rows, out, schema=_schema())
+    return rows
+
+
+def decode_tools(value: object) -> object:
+    """A row's ``tools`` as the schemas (JSON text decoded; anything else as it is)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def sft_dataset_class() -> type:
+    """verl's MultiTurnSFTDataset reading ``tools`` as JSON text (imports verl)."""
+    global _DATASET_CLASS
+    if _DATASET_CLASS is None:
+        from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+        class WorldSFTDataset(MultiTurnSFTDataset):
+            """MultiTurnSFTDataset with the ``tools`` column decoded from JSON text."""
+
+            def _read_files_and_process(self) -> None:
+                super()._read_files_and_process()  # type: ignore[no-untyped-call]
+                if self.tools is not None:
+                    self.tools = [decode_tools(t) for t in self.tools]
+
+        # importable by name (pickle, verl's loader): rl.sft.WorldSFTDataset is this class
+        WorldSFTDataset.__module__ = __name__
+        WorldSFTDataset.__qualname__ = SFT_DATASET_CLASS
+        _DATASET_CLASS = WorldSFTDataset
+    return _DATASET_CLASS
+
+
+_DATASET_CLASS: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # verl's custom_cls loader does getattr(rl.sft, "WorldSFTDataset").
+    if name == SFT_DATASET_CLASS:
+        return sft_dataset_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- internals ----------------------------------------------------------------------------
+
+
+def _message(role: str, content: str, *, tool_calls: list[dict[str, Any]] | None = None,
+             tool_call_id: str | None = None) -> dict[str, Any]:
+    return {"role": role, "content": content, "tool_calls": tool_calls,
+            "tool_call_id": tool_call_id}
+
+
+def _assistant_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return _message("assistant", "", tool_calls=[{
+        "id": call_id, "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}])
+
+
+def _shell_observation(call: ShellCall) -> str:
+    """What gates.agents.take_step shows for a shell command."""
+    observation = call.stdout + (f"\n[stderr]\n{call.stderr}" if call.stderr else "")
+    if call.exit_code != 0:
+        observation += f"\n[exit {call.exit_code}]"
+    return observation
+
+
+def _shown(text: str, is_error: bool) -> str:
+    """A tool result as gates.llm_agent shows it: cut when long, flagged when an error."""
+    if len(text) > OBSERVATION_LIMIT:
+        text = (text[:OBSERVATION_LIMIT]
+                + f"\n[... {len(text) - OBSERVATION_LIMIT} more characters cut]")
+    return f"[error] {text}" if is_error else (text or "(no output)")
+
+
+def _schema() -> Any:
+    import polars as pl
+
+    call = pl.Struct({"id": pl.String, "type": pl.String,
+                      "function": pl.Struct({"name": pl.String, "arguments": pl.String})})
+    message = pl.Struct({"role": pl.String, "content": pl.String,
+                         "tool_calls": pl.List(call), "tool_call_id": pl.String})
+    return {"messages": pl.List(message), "tools": pl.String, "data_source": pl.String,
+            "task_id": pl.String, "episode_id": pl.String}
+
+
+__all__ = ["SFT_DATASET_CLASS", "decode_tools", "episode_messages", "offered_tools",
+           "sft_dataset_class", "sft_rows", "write_sft_dataset"]
