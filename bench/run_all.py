@@ -18,7 +18,7 @@ import time
 
 from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
 
-BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "verifier", "gates", "startup")
+BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "rl", "verifier", "gates", "startup")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -259,6 +259,12 @@ class Instance:
         call = self._start_call(name, arguments)
         return self._finish_call(call, self._dispatch(call))
 
+    def runs_inline(self, name: str) -> bool:
+        """Whether a call of `name` runs in this process: a shipped app's tool (SQLite
+        under the SQL gate's budget, well under a millisecond), or a name no app serves
+        (refused at once). A carried app's tool waits for its sandboxed worker."""
+        return not isinstance(self._tools.get(name), RemoteTool)
+
     async def acall_tool(self, name: str, arguments: dict[str, Any] | None = None
                          ) -> ToolResult:
         """`call_tool` for an event loop: a shipped app's tool runs inline (SQLite, well

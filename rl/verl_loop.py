@@ -95,6 +95,8 @@ class LoopSettings:
     retries: int = 3
     format: str = "hermes"
     observation_limit: int = 8000
+    # render tool turns without the tool schemas once checked to give the same tokens
+    lean_tool_turns: bool = True
     # adaptive rollouts (rl.verl_manager): the kappa file, the block C, kappa_max, and how
     # many instances per row of a batch are opened before its rollouts start (0: none)
     kappa_state: str | None = None
@@ -235,6 +237,9 @@ class WorldAgentLoop(AgentLoopBase):
                 raise RolloutLost(f"the model server failed: {exc}") from exc
             trace.generate_seconds += time.perf_counter() - began
             tokens = list(output.token_ids)
+            if not tokens:  # an aborted or preempted request: the server's, not the model's
+                raise RolloutLost(f"the model server returned no tokens "
+                                  f"(stop reason {getattr(output, 'stop_reason', None)!r})")
             merged, mask, _ = await self.ct_merge_assistant_token(runtime_ids, tokens, mask)
             runtime_ids = merged.token_ids
             # verl's annotation says a list; its parsers take None (no schemas) too
@@ -281,7 +286,7 @@ class WorldAgentLoop(AgentLoopBase):
         set (both ways, compared token for token), and the schemas are left out after
         that only when the delta is the same without them."""
         key = (id(self.tokenizer), id(schemas))
-        needs = _DELTA_NEEDS_TOOLS.get(key)
+        needs = _DELTA_NEEDS_TOOLS.get(key) if self.settings.lean_tool_turns else True
         if needs is None:
             with_tools = await self.ct_merge_context_msg(previous, context, runtime_ids,
                                                          mask, tools=schemas)

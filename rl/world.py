@@ -9,7 +9,9 @@ Everything slow or blocking (opening an instance, a shell command, a carried app
 storing the episode, hashing, the verifier) runs in worker threads, never on the event
 loop that hundreds of concurrent rollouts share. A call that outlives its timeout gives
 the model the error result "... timed out after N s"; it runs on in its thread, and the
-rollout's next call waits for it first (an instance serves one call at a time).
+rollout's next call waits for it first (an instance serves one call at a time). A shipped
+app's tool call (SQLite within the SQL gate's budget, well under a millisecond; a lazy
+instance's first write copies that service's database) runs on the loop itself.
 """
 
 from __future__ import annotations
@@ -250,8 +252,9 @@ class WorldSession:
             return Observation("", False)
         if self.mode == "meta" and isinstance(step, ToolStep):
             return await self._meta(index, step, reasoning)
+        inline = isinstance(step, ToolStep) and self.instance.runs_inline(step.tool)
         timed = await self._bounded(lambda: take_step(self.instance, index, step, reasoning),
-                                    describe=_describe(step))
+                                    describe=_describe(step), inline=inline)
         turn = timed if isinstance(timed, TurnRecord) else TurnRecord(
             index=index, step=step, observation=timed, is_error=True, reasoning=reasoning)
         self.trajectory.turns.append(turn)
@@ -281,20 +284,30 @@ class WorldSession:
             return Observation(f"Not executed: {arguments}", True)
         assert isinstance(arguments, dict)
         called = await self._bounded(lambda: self.instance.call_tool(name, arguments),
-                                     describe=f"tool {name!r}")
+                                     describe=f"tool {name!r}",
+                                     inline=self.instance.runs_inline(name))
         text, error = (called, True) if isinstance(called, str) else (called.text,
                                                                        called.is_error)
         self.trajectory.turns.append(TurnRecord(index=index, step=step, observation=text,
                                                 is_error=error, reasoning=reasoning))
         return Observation(text, error)
 
-    async def _bounded(self, work: Callable[[], T], *, describe: str) -> T | str:
-        """`work` in a thread under the timeout: its result, or the timeout's message."""
+    async def _bounded(self, work: Callable[[], T], *, describe: str,
+                       inline: bool = False) -> T | str:
+        """`work` in a thread under the timeout: its result, or the timeout's message.
+        `inline` work (a shipped app's tool: SQLite within the SQL gate's budget) runs on
+        the event loop itself: a thread hop would cost more than the call, and hundreds
+        of rollouts would queue for the pool's few threads behind tokenizer work."""
         if self._pending is not None:  # the last call timed out: the instance is still busy
             with contextlib.suppress(Exception):
                 await self._pending
             self._pending = None
         began = time.perf_counter()
+        if inline:
+            try:
+                return work()
+            finally:
+                self.step_seconds.append(time.perf_counter() - began)
         future = asyncio.ensure_future(asyncio.to_thread(work))
         try:
             return await asyncio.wait_for(asyncio.shield(future), self.timeout)

@@ -148,21 +148,15 @@ def test_leaving_the_schemas_out_of_the_tool_turn_delta_changes_no_token(
     """The loop renders tool turns without the tool schemas once it has checked, token
     for token, that they do not change the delta: forcing the schemas in every time gives
     exactly the same contexts."""
-    import rl.verl_loop as loop
-
     name = RL_TASKS[0]
-    config = verl_config(model)
     contexts = []
-    for forced in (False, True):
-        if forced:
-            for key in loop._DELTA_NEEDS_TOOLS:
-                loop._DELTA_NEEDS_TOOLS[key] = True
+    for lean in ("true", "false"):
         server = ScriptedServer(model_tokenizer(model),
                                 lambda _k, _p: replaying(task(name).solution.steps))
+        config = verl_config(model, f"+agent_worlds.lean_tool_turns={lean}")
         run_worker(config, server, batch_of(rows(name)))
         [prompts] = server.prompts.values()
         contexts.append(prompts)
-    loop._DELTA_NEEDS_TOOLS.clear()
     assert contexts[0] == contexts[1]
 
 
