@@ -18,7 +18,8 @@ import time
 
 from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
 
-BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "rl", "verifier", "gates", "startup")
+BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "rl", "eval", "verifier", "gates",
+              "startup")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,6 +156,10 @@ class Trajectory(msgspec.Struct):
     answer: str | None = None
     format_error: str | None = None  # why the rollout was stopped for its format, if it was
     stopped: str | None = None  # "step_limit", "answer", "format_error", "agent_error", ...
+    # the model's usage over the rollout (0 / None for scripted agents and unpriced models)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
 
 
 class Rollout(msgspec.Struct):

@@ -147,6 +147,7 @@ class _Rollout:
             completion = self.agent.client.complete(
                 self._context(), tools=tools, temperature=0.0,
                 max_tokens=self.agent.max_tokens)
+            self._count(completion)
             if self._step(completion, known):
                 return self.trajectory
             if self.invalid_in_a_row >= MAX_INVALID_STEPS:
@@ -157,6 +158,14 @@ class _Rollout:
                 return self.trajectory
         self.trajectory.stopped = "step_limit"
         return self.trajectory
+
+    def _count(self, completion: Completion) -> None:
+        """Add a call's usage to the trajectory's (cost stays None while no call has one)."""
+        trajectory = self.trajectory
+        trajectory.tokens_in += completion.tokens_in
+        trajectory.tokens_out += completion.tokens_out
+        if completion.cost is not None:
+            trajectory.cost = (trajectory.cost or 0.0) + completion.cost
 
     def _context(self) -> list[Message]:
         recent = self.steps[-self.agent.window:]

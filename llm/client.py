@@ -68,6 +68,9 @@ class Completion(msgspec.Struct, frozen=True):
     request_hash: str
     from_recording: bool = False
     reasoning: str = ""  # a provider's separate reasoning channel, when it has one
+    tokens_in: int = 0  # the provider's usage; 0 when it reported none
+    tokens_out: int = 0
+    cost: float | None = None  # USD by litellm's price map; None when the model is unpriced
 
 
 class _Response(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -76,6 +79,10 @@ class _Response(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     finish_reason: str | None
     model: str
     reasoning: str = ""
+    # usage as recorded: a replayed call reports what the recorded one cost
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
 
 
 class _Recording(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -274,7 +281,8 @@ def _completion(response: _Response, key: str, *, from_recording: bool) -> Compl
     return Completion(text=response.text, tool_calls=list(response.tool_calls),
                       finish_reason=response.finish_reason, model=response.model,
                       request_hash=key, from_recording=from_recording,
-                      reasoning=response.reasoning)
+                      reasoning=response.reasoning, tokens_in=response.tokens_in,
+                      tokens_out=response.tokens_out, cost=response.cost)
 
 
 def _response_of(raw: Any, model: str) -> _Response:
@@ -287,10 +295,24 @@ def _response_of(raw: Any, model: str) -> _Response:
     calls = [ToolCall(str(c.id or f"call_{i}"), str(c.function.name or ""),
                       str(c.function.arguments or ""))
              for i, c in enumerate(message.tool_calls or [])]
+    usage = getattr(raw, "usage", None)
     return _Response(text=str(message.content or ""), tool_calls=calls,
                      finish_reason=choice.finish_reason,
                      model=str(getattr(raw, "model", None) or model),
-                     reasoning=str(getattr(message, "reasoning_content", None) or ""))
+                     reasoning=str(getattr(message, "reasoning_content", None) or ""),
+                     tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+                     tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+                     cost=_cost_of(raw))
+
+
+def _cost_of(raw: Any) -> float | None:
+    """litellm's price of a response (its local price map, offline), None for a model it
+    has no price for (a local vLLM server, a loopback test server)."""
+    try:
+        value = _litellm().completion_cost(completion_response=raw)
+    except Exception:  # litellm raises for unpriced models; a price is only a report
+        return None
+    return float(value) if value else None
 
 
 def _first_message(messages: list[Message]) -> str:

@@ -16,10 +16,10 @@ of each task's row (``rollout.n = G``, one uid per task). The worker:
    G picked from both halves of its sorted rewards, a dropped group's (mastered,
    exhausted) first G, whose advantages are zero anyway (all rewards equal; ``rl.loss``
    leaves such groups out of the step's group mean);
-4. keeps kappa per task across steps in ``KappaBook``: this process's state, written to
-   ``agent_worlds.kappa_state`` (a JSON file) when that is set, so a restart goes on
-   where the last step left off. Under Ray each worker holds the kappa of the tasks it
-   was handed; a task always goes to the worker of its position in the batch.
+4. keeps kappa per task across steps: in ``agent_worlds.kappa_state`` (a JSON file the
+   workers share: read at the start of each batch, and after it each worker writes the
+   tasks it ran into it under a file lock), so a task that lands on another worker next
+   step, or a restarted run, goes on from its kappa; without a file, in the process.
 
 ``AgentLoopManager.generate_sequences`` splits the batch into equal chunks; a chunk that
 splits a task's G copies is refused (make the batch size a multiple of workers x G).
@@ -28,8 +28,11 @@ splits a task's G copies is refused (make the batch size a multiple of workers x
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +52,39 @@ _BOOKS_LOCK = threading.Lock()
 
 
 def kappa_book(path: str | None) -> KappaState:
-    """This process's kappa state: loaded from `path` once when it exists (so a restarted
-    run resumes), else empty; shared by every batch the process runs."""
-    key = path or ""
+    """The kappa state a batch starts from. With a file: read afresh for every batch, so
+    a task whose group another worker ran last step (verl splits each batch among its
+    workers by position) starts from that worker's kappa, and a restarted run resumes.
+    Without one: this process's own state, kept across its batches."""
+    if path:
+        file = Path(path)
+        with _file_lock(file):
+            return KappaState.load(file) if file.exists() else KappaState()
     with _BOOKS_LOCK:
-        found = _BOOKS.get(key)
-        if found is None:
-            file = Path(path) if path else None
-            found = KappaState.load(file) if file is not None and file.exists() \
-                else KappaState()
-            _BOOKS[key] = found
-        return found
+        return _BOOKS.setdefault("", KappaState())
+
+
+def save_kappa(path: str, state: KappaState, tasks: list[str]) -> None:
+    """Write this batch's tasks' kappa into the file, leaving every other task's as the
+    file has it (workers share the file; each writes only the tasks it ran), under a
+    lock and atomically."""
+    file = Path(path)
+    with _file_lock(file):
+        merged = KappaState.load(file) if file.exists() else KappaState()
+        for task in tasks:
+            merged.set(task, state.get(task))
+        merged.save(file)
+
+
+@contextlib.contextmanager
+def _file_lock(file: Path) -> Iterator[None]:
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with open(file.with_name(file.name + ".lock"), "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class AdaptiveAgentLoopWorker(AgentLoopWorker):
@@ -74,11 +99,12 @@ class AdaptiveAgentLoopWorker(AgentLoopWorker):
         scheduler = AdaptiveRollouts(book, group_size=len(next(iter(groups.values()))),
                                      block=settings.block, kappa_max=settings.kappa_max)
         step = batch.meta_info.get("global_steps", -1)
+        keys = [_task_key(batch, rows[0]) for rows in groups.values()]
         plays = await scheduler.run_groups(
-            [(_task_key(batch, rows[0]), self._launcher(batch, rows[0], sampling, step))
-             for rows in groups.values()], _reward_of)
+            [(key, self._launcher(batch, rows[0], sampling, step))
+             for key, rows in zip(keys, groups.values(), strict=True)], _reward_of)
         if settings.kappa_state:
-            await asyncio.to_thread(book.save, Path(settings.kappa_state))
+            await asyncio.to_thread(save_kappa, settings.kappa_state, book, keys)
         placed: dict[int, Any] = {}
         decided: dict[int, dict[str, Any]] = {}
         for (outcome, results), rows in zip(plays, groups.values(), strict=True):
@@ -201,5 +227,5 @@ def _outcome_info(outcome: GroupOutcome) -> dict[str, Any]:
             "kappa": outcome.kappa_after}
 
 
-__all__ = ["AdaptiveAgentLoopManager", "AdaptiveAgentLoopWorker", "kappa_book"]
+__all__ = ["AdaptiveAgentLoopManager", "AdaptiveAgentLoopWorker", "kappa_book", "save_kappa"]
 

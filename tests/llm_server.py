@@ -155,4 +155,14 @@ def _completion(reply: dict[str, Any], body: dict[str, Any], count: int) -> dict
     return {"id": f"chatcmpl-{count}", "object": "chat.completion", "created": 0,
             "model": body.get("model", "loopback"),
             "choices": [{"index": 0, "finish_reason": finish, "message": message}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+            "usage": _usage(body, message)}
+
+
+def _usage(body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
+    """Token counts as a provider reports them: here a word count of the request's
+    messages and of the reply, so usage is deterministic and not zero."""
+    words_in = sum(len(_content(m).split()) for m in body.get("messages", []))
+    words_out = len(str(message.get("content") or "").split()) + sum(
+        len(c["function"]["arguments"].split()) for c in message.get("tool_calls", []))
+    return {"prompt_tokens": words_in, "completion_tokens": words_out,
+            "total_tokens": words_in + words_out}

@@ -137,6 +137,20 @@ def test_groups_of_several_tasks_keep_the_batch_order(store: Path, model: Path,
     assert kappa_book(str(tmp_path / "kappa.json")).get(f"demo/{names[0]}") == 1
 
 
+def test_workers_sharing_a_kappa_file_keep_each_others_tasks(tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    from rl.verl_manager import save_kappa
+
+    path = str(tmp_path / "kappa.json")
+    first, second = kappa_book(path), kappa_book(path)  # two workers' starting points
+    first.set("demo/a", Fraction(13, 5))
+    second.set("demo/b", Fraction(3))
+    save_kappa(path, first, ["demo/a"])
+    save_kappa(path, second, ["demo/b"])  # must not put back a's kappa of before
+    assert kappa_book(path).kappa == {"demo/a": "13/5", "demo/b": "3"}
+
+
 def _by_task(k: int, prompt: str) -> Any:
     [name] = [n for n in TASKS if load_task(PACK.task_dir(n)).instruction(hinted=False)
               in prompt]

@@ -66,6 +66,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Domain packs: list, show, export and import them."),
     "rl": ("worldctl.rl", "rl",
            "Training with verl: datasets, the SFT warm start, a launch config."),
+    "eval": ("worldctl.eval", "eval_group",
+             "Measure agents on tasks: runs, reports, comparisons."),
     "demo": ("worldctl.demo", "demo",
              "The main job on the bundled demo world."),
 }

@@ -52,12 +52,15 @@ drawn here exists where the entry says.
     │   │                                   line; the whole import is refused
     │   └── ScenarioRefused     awm         an AWM scenario that cannot be imported; names
     │                                       file, line and scenario; nothing stored for it
-    └── RLError                 rl          a training dataset, warm start or launch config
-        │                                   that is refused (an unknown or empty split, a
-        │                                   task's world not in the store); nothing written
-        └── RolloutLost         rl          a rollout lost to the infrastructure (instance,
-                                            verifier, model server); retried on a fresh
-                                            instance, then reported lost
+    ├── RLError                 rl          a training dataset, warm start or launch config
+    │   │                                   that is refused (an unknown or empty split, a
+    │   │                                   task's world not in the store); nothing written
+    │   └── RolloutLost         rl          a rollout lost to the infrastructure (instance,
+    │                                       verifier, model server); retried on a fresh
+    │                                       instance, then reported lost
+    └── EvalError               eval        an evaluation run, report or comparison that is
+                                            refused (no tasks, a run folder of another
+                                            configuration, a file that is not results)
 
 Outside WorldError on purpose (the root names the foreign base class):
 

@@ -1,0 +1,6 @@
+"""eval/: measuring agents on the worlds (the README's "Evaluation" section).
+
+``contract`` is what a run records; ``runner`` runs the trials, ``metrics`` computes pass@k,
+pass^k and the rest from them, ``report`` renders Markdown, HTML, CSV and parquet and
+compares runs.
+"""

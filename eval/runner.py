@@ -1,0 +1,280 @@
+"""Runs an evaluation: k trials of one agent per task, each on a fresh instance of the
+task's world, its episode stored and graded by the task's verifier.
+
+A run folder holds::
+
+    run.json          RunInfo: the agent, k, the tasks... (written when the run starts)
+    trials/<id>.json  one finished trial each, written as it finishes (a rename: whole or
+                      not at all)
+    results.json      everything, with the metrics (``eval.contract``), at the end
+
+A trial's id is the digest of the run's id (everything that decides the trials: agent,
+tasks and their world hashes, k, hinted, step and history limits), its task and its
+number, so a run killed at any point resumes where it stopped: finished trials are read
+back, never run again, and a run folder made by another configuration is refused rather
+than mixed. Trials run ``concurrency`` at a time in threads; a trial that raises (its
+instance, sandbox or verifier failed) is recorded as lost, never dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from envs.instance import Environment
+from eval.contract import Results, RunInfo, TaskResult, Trial, encode_results
+from eval.errors import EvalError
+from eval.metrics import compute_metrics
+from gates.agents import Agent, parse_agent_spec, scripted
+from gates.contract import AnswerStep, Rollout
+from gates.rewards import wildawm_reward
+from gates.rollout import open_task_instance, run_rollout
+from gates.task import Task, step_interface
+from worldstore.canonical import digest_of
+from worldstore.errors import WorldError
+
+RUN_FILE, RESULTS_FILE, TRIALS_DIR = "run.json", "results.json", "trials"
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What decides a run's trials (and so its id), plus how it is run."""
+
+    agent: str  # scripted:NAME or llm:MODEL
+    k: int = 4
+    split: str | None = None
+    hinted: bool = False
+    max_steps: int = 20
+    history: int = 10  # the LLM agent's window of recent steps (AWM: 10 at evaluation)
+    concurrency: int = 1
+    api_base: str | None = None
+
+    def check(self) -> None:
+        parse_agent_spec(self.agent)  # refuses an unknown agent before anything runs
+        for name, value in (("k", self.k), ("max-steps", self.max_steps),
+                            ("history", self.history), ("concurrency", self.concurrency)):
+            if value < 1:
+                raise EvalError(f"--{name} must be at least 1, not {value}")
+
+
+class _StoredTrial(msgspec.Struct, forbid_unknown_fields=True):
+    run_id: str
+    task_id: str
+    trial: Trial
+
+
+class Progress(Protocol):
+    """Told how much there is to do, then of every trial as it finishes."""
+
+    def start(self, total: int, done: list[Trial]) -> None: ...
+
+    def advance(self, task_id: str, trial: Trial) -> None: ...
+
+
+def run_id_of(config: EvalConfig, tasks: Sequence[Task]) -> str:
+    return digest_of([config.agent, config.k, config.hinted, config.max_steps,
+                      config.history, config.api_base or "",
+                      [[t.task_id, t.spec.world_hash] for t in tasks]])
+
+
+def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: Path, *,
+             sources: Sequence[str] = (), progress: Progress | None = None,
+             agent: Agent | None = None) -> Results:
+    """Run (or resume) the evaluation into `out` and return its results, also written
+    to ``out/results.json``. `agent` replaces the one the spec names (tests, benches)."""
+    config.check()
+    if not tasks:
+        raise EvalError("no tasks to evaluate: give task folders or a pack with a split")
+    ordered = sorted(tasks, key=lambda t: t.task_id)
+    _refuse_repeats(ordered)
+    info = _start(out, config, ordered, sources)
+    done = _finished(out, info.run_id)
+    chosen = agent or make_agent(config)
+    _warm(env, ordered)
+    todo = [(task, n) for task in ordered for n in range(config.k)
+            if (task.task_id, n) not in done]
+    if progress is not None:
+        progress.start(len(ordered) * config.k, list(done.values()))
+    lock = threading.Lock()
+
+    def one(task: Task, n: int) -> None:
+        trial = run_trial(env, task, chosen, n, hinted=config.hinted)
+        _save_trial(out, info.run_id, task.task_id, trial)
+        with lock:
+            done[(task.task_id, n)] = trial
+            if progress is not None:
+                progress.advance(task.task_id, trial)
+
+    with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
+        for future in [pool.submit(one, task, n) for task, n in todo]:
+            future.result()
+    return _write_results(out, info, ordered, done)
+
+
+def make_agent(config: EvalConfig) -> Agent:
+    """The agent the spec names; an LLM agent with the run's step and history limits,
+    on the model litellm routes (a provider, or ``hosted_vllm/...`` at ``api_base``)."""
+    spec = parse_agent_spec(config.agent)
+    if spec.kind == "scripted":
+        return scripted(spec.name)
+    from gates.llm_agent import LLMAgent
+    from llm.client import client_from_env
+
+    client = client_from_env(model=spec.name)
+    if config.api_base:
+        client.api_base = config.api_base
+    return LLMAgent(client, window=config.history, max_steps=config.max_steps,
+                    name=config.agent)
+
+
+def run_trial(env: Environment, task: Task, agent: Agent, n: int, *, hinted: bool) -> Trial:
+    """One graded trial; an infrastructure failure is a lost trial, never an exception."""
+    started = time.perf_counter()
+    try:
+        rollout = run_rollout(env, task, agent, hinted=hinted, index=n)
+    except WorldError as exc:
+        return _lost(n, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
+    except OSError as exc:  # a sandbox or file-system failure of the host
+        return _lost(n, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
+    return trial_of(rollout, n, time.perf_counter() - started)
+
+
+def trial_of(rollout: Rollout, n: int, seconds: float) -> Trial:
+    trajectory, verdict = rollout.trajectory, rollout.verdict
+    actions = [step_interface(t.step) for t in trajectory.turns
+               if not isinstance(t.step, AnswerStep)]
+    format_failure = trajectory.format_error is not None
+    measured = not verdict.is_error and bool(verdict.checks)
+    reward = wildawm_reward(format_failure, verdict) if measured or format_failure else None
+    return Trial(
+        trial=n, episode_id=rollout.episode_id, success=rollout.succeeded,
+        V=int(verdict.passed), reward=reward, checks=[c.passed for c in verdict.checks],
+        steps=len(actions), interfaces_used=list(rollout.interfaces_used),
+        actions=[a for a in actions if a is not None],
+        termination=trajectory.stopped or "unknown", format_error=format_failure,
+        env_error=verdict.is_error, tokens_in=trajectory.tokens_in,
+        tokens_out=trajectory.tokens_out, cost=trajectory.cost, seconds=round(seconds, 6),
+        error="; ".join(verdict.errors) or None)
+
+
+def _lost(n: int, why: str, seconds: float) -> Trial:
+    return Trial(trial=n, episode_id="", success=False, V=0, reward=None, checks=[],
+                 steps=0, interfaces_used=[], actions=[], termination="lost",
+                 format_error=False, env_error=True, tokens_in=0, tokens_out=0, cost=None,
+                 seconds=round(seconds, 6), error=why[:500])
+
+
+# --- the run folder ---------------------------------------------------------------------
+
+
+def _start(out: Path, config: EvalConfig, tasks: Sequence[Task],
+           sources: Sequence[str]) -> RunInfo:
+    """The run's RunInfo: written now for a new folder; for an existing one, read back
+    and refused unless it was made by the same configuration."""
+    run_id = run_id_of(config, tasks)
+    spec = parse_agent_spec(config.agent)
+    path = out / RUN_FILE
+    if path.exists():
+        found = load_run_info(path)
+        if found.run_id != run_id:
+            raise EvalError(f"{path}: this folder holds run {found.run_id} of agent "
+                            f"{found.agent} (k={found.k}); this configuration is run "
+                            f"{run_id}: use another --out")
+        return found
+    if out.exists() and any(out.iterdir()):
+        raise EvalError(f"{out}: not empty and not a run folder (no {RUN_FILE}); use "
+                        "another --out")
+    info = RunInfo(run_id=run_id, agent=config.agent,
+                   model=spec.name if spec.kind == "llm" else None, k=config.k,
+                   split=config.split, hinted=config.hinted, max_steps=config.max_steps,
+                   history=config.history, concurrency=config.concurrency,
+                   tasks_source=list(sources), started=_now(), api_base=config.api_base)
+    (out / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, msgspec.json.format(msgspec.json.encode(info, order="sorted"),
+                                            indent=2) + b"\n")
+    return info
+
+
+def load_run_info(path: Path) -> RunInfo:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RunInfo)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise EvalError(f"{path}: not a run file ({exc})") from None
+
+
+def _finished(out: Path, run_id: str) -> dict[tuple[str, int], Trial]:
+    """The trials a killed run finished (a torn write never exists: see _write_atomic)."""
+    found: dict[tuple[str, int], Trial] = {}
+    for path in sorted((out / TRIALS_DIR).glob("*.json")):
+        try:
+            stored = msgspec.json.decode(path.read_bytes(), type=_StoredTrial)
+        except msgspec.DecodeError:
+            continue  # torn by a power loss (trial files are not fsynced): run it again
+        if stored.run_id == run_id:
+            found[(stored.task_id, stored.trial.trial)] = stored.trial
+    return found
+
+
+def _save_trial(out: Path, run_id: str, task_id: str, trial: Trial) -> None:
+    """Written whole or not at all for a killed process (a rename); not fsynced, since a
+    trial file is a cache of work: one torn by a power loss is run again."""
+    name = digest_of([run_id, task_id, trial.trial])
+    data = msgspec.json.encode(_StoredTrial(run_id, task_id, trial), order="sorted")
+    _write_atomic(out / TRIALS_DIR / f"{name}.json", data, durable=False)
+
+
+def _write_results(out: Path, info: RunInfo, tasks: Sequence[Task],
+                   done: dict[tuple[str, int], Trial]) -> Results:
+    results = [TaskResult(task_id=t.task_id, difficulty=t.spec.difficulty,
+                          interfaces=list(t.spec.interfaces),
+                          trials=[done[(t.task_id, n)] for n in range(info.k)])
+               for t in tasks]
+    full = Results(run=info, tasks=results, metrics=compute_metrics(results))
+    _write_atomic(out / RESULTS_FILE, encode_results(full))
+    return full
+
+
+def _write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as handle:
+        handle.write(data)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def _refuse_repeats(tasks: Sequence[Task]) -> None:
+    seen: set[str] = set()
+    for task in tasks:
+        if task.task_id in seen:
+            raise EvalError(f"task {task.task_id!r} is given twice")
+        seen.add(task.task_id)
+
+
+def _warm(env: Environment, tasks: Sequence[Task]) -> None:
+    """Build each world's snapshot once, before trials open instances of it in parallel;
+    a world that cannot open shows as lost trials, not here."""
+    for world in sorted({t.spec.world_hash for t in tasks}):
+        task = next(t for t in tasks if t.spec.world_hash == world)
+        with contextlib.suppress(WorldError), open_task_instance(env, task):
+            pass
+
+
+def _now() -> str:
+    # When the run started: a report field, never part of what decides a trial.
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+__all__ = ["RESULTS_FILE", "RUN_FILE", "TRIALS_DIR", "EvalConfig", "load_run_info",
+           "make_agent", "run_eval", "run_id_of", "run_trial", "trial_of"]
