@@ -158,7 +158,7 @@ def test_a_few_optimizer_steps_through_verls_actor_loss_decrease_it(tmp_path: Pa
         loss, _ = ppo_loss(config, {"log_probs": log_probs, "entropy": entropy}, data)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     # At ratio 1 the surrogate is -sum(w A) = 0 (a group's z-scores sum to zero): the
     # first loss is the entropy bonus alone, -0.001 x the token-mean entropy.
     assert losses[0] == pytest.approx(-0.001 * first_entropy, abs=1e-6)
