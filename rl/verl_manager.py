@@ -91,6 +91,9 @@ class AdaptiveAgentLoopWorker(AgentLoopWorker):
     """verl's agent-loop worker with WildAWM's adaptive rollout counts."""
 
     async def generate_sequences(self, batch: DataProto) -> DataProto:
+        if batch.meta_info.get("validate", False):
+            # validation measures the policy: a fixed number per task, no kappa touched
+            return await super().generate_sequences(batch)
         settings = LoopSettings.read(self.config.get(SETTINGS_KEY, {}))
         groups = _groups(batch)
         sampling = _sampling_params(self.rollout_config, batch)

@@ -137,6 +137,17 @@ def test_groups_of_several_tasks_keep_the_batch_order(store: Path, model: Path,
     assert kappa_book(str(tmp_path / "kappa.json")).get(f"demo/{names[0]}") == 1
 
 
+def test_validation_batches_run_a_fixed_group_and_leave_kappa_alone(
+        store: Path, model: Path, tmp_path: Path) -> None:
+    name = TASKS[0]
+    kappa = tmp_path / "kappa.json"
+    batch = batch_of([row(name)], 4)
+    batch.meta_info["validate"] = True
+    out = step(config_with(model, kappa), ScriptedServer(_tokenizer(model), nothing), batch)
+    assert len(out) == 4 and "adaptive" not in out.non_tensor_batch
+    assert not kappa.exists()
+
+
 def test_workers_sharing_a_kappa_file_keep_each_others_tasks(tmp_path: Path) -> None:
     from fractions import Fraction
 
