@@ -38,7 +38,7 @@ from eval.metrics import compute_metrics
 from gates.agents import Agent, parse_agent_spec, scripted
 from gates.contract import AnswerStep, Rollout
 from gates.rewards import wildawm_reward
-from gates.rollout import open_task_instance, run_rollout
+from gates.rollout import open_task_instance, run_rollout, task_w0
 from gates.task import Task, step_interface
 from worldstore.canonical import digest_of
 from worldstore.errors import WorldError
@@ -97,6 +97,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
         raise EvalError("no tasks to evaluate: give task folders or a pack with a split")
     ordered = sorted(tasks, key=lambda t: t.task_id)
     _refuse_repeats(ordered)
+    _refuse_missing_worlds(env, ordered)
     info = _start(out, config, ordered, sources)
     done = _finished(out, info.run_id)
     chosen = agent or make_agent(config)
@@ -260,6 +261,18 @@ def _refuse_repeats(tasks: Sequence[Task]) -> None:
         if task.task_id in seen:
             raise EvalError(f"task {task.task_id!r} is given twice")
         seen.add(task.task_id)
+
+
+def _refuse_missing_worlds(env: Environment, tasks: Sequence[Task]) -> None:
+    """Every task's start world must be in the store under the hash the task pins: a
+    run whose trials could never start is refused before any runs (not reported as
+    thousands of lost trials)."""
+    for task in tasks:
+        try:
+            task_w0(env.worlds, task)
+        except WorldError as exc:
+            raise EvalError(f"task {task.task_id!r} cannot be run on this store: {exc}; "
+                            "import the worlds its pack ships first") from None
 
 
 def _warm(env: Environment, tasks: Sequence[Task]) -> None:

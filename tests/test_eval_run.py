@@ -95,21 +95,35 @@ def test_the_reference_passes_every_trial_and_nothing_none(store: str,
 
 def test_a_trial_lost_to_the_infrastructure_is_counted_never_dropped(
         store: str, tmp_path: Path) -> None:
-    """A task whose pinned world is not the store's loses all its trials; they count in
-    every denominator (pass^1 is not read from the survivors)."""
+    """A task whose verifier crashes has no verdict in any trial: they are environment
+    errors, counted in every denominator (pass^1 is not read from the other task)."""
+    broken = tmp_path / "tasks" / "broken"
+    shutil.copytree(TASKS / EVAL_SPLIT[0], broken)
+    spec = json.loads((broken / "task.json").read_text())
+    spec["task_id"] = "broken"
+    (broken / "task.json").write_text(json.dumps(spec))
+    (broken / "verifier" / "checklist.py").write_text("raise SystemExit(3)\n")
+    data = run_json(store, tmp_path / "run", str(TASKS / EVAL_SPLIT[0]), str(broken),
+                    "--agent", "scripted:reference", "-k", "2")
+    lost = [t for task in data["tasks"] for t in task["trials"] if t["env_error"]]
+    assert len(lost) == 2 and all(t["reward"] is None and t["error"] for t in lost)
+    assert data["metrics"]["trials_lost"] == 2
+    assert data["metrics"]["success_rate"] == 0.5
+    assert data["metrics"]["pass^k"]["1"] == 0.5
+
+
+def test_a_task_whose_world_is_not_in_the_store_is_refused_before_any_trial(
+        store: str, tmp_path: Path) -> None:
     stale = tmp_path / "tasks" / "stale"
     shutil.copytree(TASKS / EVAL_SPLIT[0], stale)
     spec = json.loads((stale / "task.json").read_text())
     spec["task_id"], spec["world_hash"] = "stale", "0" * 32
     (stale / "task.json").write_text(json.dumps(spec))
-    data = run_json(store, tmp_path / "run", str(TASKS / EVAL_SPLIT[0]), str(stale),
-                    "--agent", "scripted:reference", "-k", "2")
-    lost = [t for task in data["tasks"] for t in task["trials"] if t["env_error"]]
-    assert len(lost) == 2 and all(t["termination"] == "lost" and "world hash" in t["error"]
-                                  for t in lost)
-    assert data["metrics"]["trials_lost"] == 2
-    assert data["metrics"]["success_rate"] == 0.5
-    assert data["metrics"]["pass^k"]["1"] == 0.5
+    out = tmp_path / "run"
+    line = refused(invoke("--store", store, "eval", "run", str(stale), "--agent",
+                          "scripted:reference", "--out", str(out)))
+    assert "task 'stale' cannot be run on this store" in line and "world hash" in line
+    assert not out.exists()
 
 
 def test_the_llm_agent_through_litellm_and_the_loopback_server(store: str,
