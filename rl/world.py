@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -389,17 +389,6 @@ def _meta_call(arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any] | 
     return name, raw
 
 
-async def gather_bounded(jobs: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
-    """Run `jobs` with at most `limit` at a time, results in job order."""
-    gate = asyncio.Semaphore(max(1, limit))
-
-    async def one(job: Callable[[], Awaitable[T]]) -> T:
-        async with gate:
-            return await job()
-
-    return list(await asyncio.gather(*(one(j) for j in jobs)))
-
-
 __all__ = [
     "ANSWER",
     "CACHE_ENV",
@@ -414,6 +403,5 @@ __all__ = [
     "WorldRuntime",
     "WorldSession",
     "forget_runtimes",
-    "gather_bounded",
     "runtime",
 ]
