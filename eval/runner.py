@@ -97,6 +97,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
         raise EvalError("no tasks to evaluate: give task folders or a pack with a split")
     ordered = sorted(tasks, key=lambda t: t.task_id)
     _refuse_repeats(ordered)
+    _refuse_replays_without_solution(config, ordered)
     _refuse_missing_worlds(env, ordered)
     info = _start(out, config, ordered, sources)
     done = _finished(out, info.run_id)
@@ -261,6 +262,20 @@ def _refuse_repeats(tasks: Sequence[Task]) -> None:
         if task.task_id in seen:
             raise EvalError(f"task {task.task_id!r} is given twice")
         seen.add(task.task_id)
+
+
+def _refuse_replays_without_solution(config: EvalConfig, tasks: Sequence[Task]) -> None:
+    """A scripted agent that replays the reference solution (all but ``nothing``) has
+    nothing to play on a task that ships none (an imported AWM task): it would read as
+    a failing agent, so the run is refused instead."""
+    spec = parse_agent_spec(config.agent)
+    if spec.kind != "scripted" or spec.name == "nothing":
+        return
+    for task in tasks:
+        if task.lacks("solution"):
+            raise EvalError(f"task {task.task_id!r} has no reference solution (its "
+                            f"task.json declares it absent), which {config.agent} replays; "
+                            "evaluate it with an LLM agent")
 
 
 def _refuse_missing_worlds(env: Environment, tasks: Sequence[Task]) -> None:

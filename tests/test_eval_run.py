@@ -112,6 +112,22 @@ def test_a_trial_lost_to_the_infrastructure_is_counted_never_dropped(
     assert data["metrics"]["pass^k"]["1"] == 0.5
 
 
+def test_scripted_replays_of_a_task_without_a_solution_are_refused(
+        store: str, tmp_path: Path) -> None:
+    bare = tmp_path / "tasks" / "bare"
+    shutil.copytree(TASKS / EVAL_SPLIT[0], bare)
+    (bare / "solution.json").unlink()
+    spec = json.loads((bare / "task.json").read_text())
+    spec["task_id"], spec["absent"] = "bare", ["solution"]
+    (bare / "task.json").write_text(json.dumps(spec))
+    line = refused(invoke("--store", store, "eval", "run", str(bare), "--agent",
+                          "scripted:first-half", "--out", str(tmp_path / "run")))
+    assert "task 'bare' has no reference solution" in line
+    data = run_json(store, tmp_path / "nothing", str(bare), "--agent", "scripted:nothing",
+                    "-k", "1")
+    assert data["metrics"]["trials"] == 1
+
+
 def test_a_task_whose_world_is_not_in_the_store_is_refused_before_any_trial(
         store: str, tmp_path: Path) -> None:
     stale = tmp_path / "tasks" / "stale"
