@@ -35,7 +35,7 @@ rollout did not happen, and the caller reports it as not run or retries it.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -138,7 +138,7 @@ class _Rollout:
 
     def run(self) -> Trajectory:
         infos = self.instance.list_tools()
-        tools = [*(_mcp_tool(t) for t in infos), SHELL_TOOL, ANSWER_TOOL]
+        tools = [*(mcp_tool(t) for t in infos), SHELL_TOOL, ANSWER_TOOL]
         known = {t.name for t in infos} | {SHELL, ANSWER}
         if self.agent.mode == "meta":
             tools, known = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL], {
@@ -194,15 +194,15 @@ class _Rollout:
                 return True
             # The catalogue is shown whole: a cut one would hide tools from the model.
             whole = self.agent.mode == "meta" and turn.step == ToolStep(tool=LIST_TOOLS)
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": turn.observation if whole else _shown(turn)})
+            content = turn.observation if whole else shown(turn.observation, turn.is_error)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
         self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
         return False
 
     def _act(self, call: ToolCall, known: set[str], reasoning: str) -> tuple[TurnRecord, bool]:
         """The turn for one call, and whether it was executable."""
         index = len(self.trajectory.turns)
-        step_or_problem = _parse_call(call, known)
+        step_or_problem = parse_call(call.name, call.arguments, known)
         if isinstance(step_or_problem, str):
             self.last_problem = step_or_problem
             refused = TurnRecord(index=index, step=ToolStep(tool=call.name),
@@ -220,40 +220,49 @@ class _Rollout:
                        "input_schema": t.input_schema} for t in self.instance.list_tools()]
             return TurnRecord(index=index, step=step, observation=json.dumps(listed),
                               reasoning=reasoning), True
-        name, raw = step.arguments.get("tool_name"), step.arguments.get("arguments", {})
-        try:
-            arguments = json.loads(raw or "{}") if isinstance(raw, str) else raw
-        except json.JSONDecodeError as exc:
-            arguments = f"arguments are not valid JSON: {exc}"
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            problem = (f"call_tool needs a 'tool_name' string, got {name!r}"
-                       if not isinstance(name, str) else arguments
-                       if isinstance(arguments, str) else "arguments must be a JSON object")
-            self.last_problem = problem
-            return TurnRecord(index=index, step=step, observation=f"Not executed: {problem}",
+        called = meta_call(step.arguments)
+        if isinstance(called, str):
+            self.last_problem = called
+            return TurnRecord(index=index, step=step, observation=f"Not executed: {called}",
                               is_error=True, reasoning=reasoning), False
+        name, arguments = called
         result = self.instance.call_tool(name, arguments)
         return TurnRecord(index=index, step=step, observation=result.text,
                           is_error=result.is_error, reasoning=reasoning), True
 
 
-def _parse_call(call: ToolCall, known: set[str]) -> Step | str:
-    """The step a call asks for, or why it cannot be executed."""
-    if call.name not in known:
-        return (f"there is no tool {call.name!r}. Valid tools: "
-                f"{', '.join(sorted(known))}")
+def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step | str:
+    """The step a model's call (a tool name and its JSON arguments text) asks for, or
+    why it cannot be executed. The RL agent loop parses its calls with this too."""
+    if name not in known:
+        return f"there is no tool {name!r}. Valid tools: {', '.join(sorted(known))}"
     try:
-        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        arguments = json.loads(arguments_text) if arguments_text.strip() else {}
     except json.JSONDecodeError as exc:
-        return f"the arguments of {call.name!r} are not valid JSON ({exc}): " \
-               f"{call.arguments[:200]!r}"
+        return f"the arguments of {name!r} are not valid JSON ({exc}): " \
+               f"{arguments_text[:200]!r}"
     if not isinstance(arguments, dict):
-        return f"the arguments of {call.name!r} must be a JSON object, not {arguments!r:.200}"
-    if call.name == SHELL:
+        return f"the arguments of {name!r} must be a JSON object, not {arguments!r:.200}"
+    if name == SHELL:
         return _string_step(arguments, "command", lambda v: ShellStep(command=v), SHELL)
-    if call.name == ANSWER:
+    if name == ANSWER:
         return _string_step(arguments, "text", lambda v: AnswerStep(text=v), ANSWER)
-    return ToolStep(tool=call.name, arguments=arguments)
+    return ToolStep(tool=name, arguments=arguments)
+
+
+def meta_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | str:
+    """(tool name, arguments) of AWM's ``call_tool`` meta-call (its ``arguments`` a JSON
+    object or that object's text), or why it cannot be executed."""
+    name, raw = arguments.get("tool_name"), arguments.get("arguments", {})
+    if not isinstance(name, str):
+        return f"call_tool needs a 'tool_name' string, got {name!r}"
+    try:
+        decoded = json.loads(raw or "{}") if isinstance(raw, str) else raw
+    except json.JSONDecodeError as exc:
+        return f"arguments are not valid JSON: {exc}"
+    if not isinstance(decoded, dict):
+        return "arguments must be a JSON object"
+    return name, decoded
 
 
 def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step],
@@ -266,7 +275,8 @@ def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step
     return make(value)
 
 
-def _mcp_tool(info: ToolInfo) -> dict[str, Any]:
+def mcp_tool(info: ToolInfo) -> dict[str, Any]:
+    """An instance's tool as the model is offered it (OpenAI function format)."""
     return function_tool(info.name, info.description,
                          info.input_schema or {"type": "object", "properties": {}})
 
@@ -283,15 +293,14 @@ def _reasoning(completion: Completion) -> str:
     return f"<thinking>{thought}</thinking>" + (f"\n{text}" if text else "")
 
 
-def _shown(turn: TurnRecord) -> str:
+def shown(text: str, is_error: bool, limit: int = OBSERVATION_LIMIT) -> str:
     """A tool result as the model sees it: flagged when an error, cut when long."""
-    text = turn.observation
-    if len(text) > OBSERVATION_LIMIT:
-        text = (text[:OBSERVATION_LIMIT]
-                + f"\n[... {len(turn.observation) - OBSERVATION_LIMIT} more characters cut]")
-    return f"[error] {text}" if turn.is_error else (text or "(no output)")
+    if len(text) > limit:
+        text = text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    return f"[error] {text}" if is_error else (text or "(no output)")
 
 
 __all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "LIST_TOOLS",
            "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS", "META_SYSTEM_PROMPT", "SHELL",
-           "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent"]
+           "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent", "mcp_tool", "meta_call", "parse_call",
+           "shown"]

@@ -57,8 +57,8 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-from gates.contract import AnswerStep, ShellStep, Step, ToolStep
-from gates.llm_agent import ANSWER, CALL_TOOL, LIST_TOOLS, SHELL
+from gates.contract import AnswerStep
+from gates.llm_agent import LIST_TOOLS, parse_call, shown
 from rl.contract import AGENT_NAME, HistoryKind, ModelStep, RowInfo, Sample
 from rl.errors import RLError, RolloutLost
 from rl.rewards import awm_format, awm_score, extra_info, lost_info, wildawm_score
@@ -468,10 +468,7 @@ class WorldAgentLoop(AgentLoopBase):
         return params
 
     def _shown(self, text: str, is_error: bool) -> str:
-        limit = self.settings.observation_limit
-        if len(text) > limit:
-            text = text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
-        return f"[error] {text}" if is_error else (text or "(no output)")
+        return shown(text, is_error, self.settings.observation_limit)
 
 
 _SETTING_NAMES = frozenset(f.name for f in fields(LoopSettings)) | {"name"}
@@ -481,29 +478,6 @@ def _termination(trace: _Trace) -> str:
     if trace.termination == "format_error" and trace.why:
         return f"format_error: {trace.why}"[:200]
     return trace.termination
-
-
-def parse_call(name: str, arguments: str, known: frozenset[str]) -> Step | str:
-    """The step a parsed tool call asks for, or why it cannot be executed."""
-    if name not in known:
-        return f"there is no tool {name!r}; valid tools: {', '.join(sorted(known))}"
-    try:
-        decoded = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError as exc:
-        return f"the arguments of {name!r} are not valid JSON ({exc}): {arguments[:200]!r}"
-    if not isinstance(decoded, dict):
-        return f"the arguments of {name!r} must be a JSON object"
-    if name == SHELL:
-        return _one_string(decoded, "command", name) or ShellStep(command=decoded["command"])
-    if name == ANSWER:
-        return _one_string(decoded, "text", name) or AnswerStep(text=decoded["text"])
-    return ToolStep(tool=name, arguments=decoded)
-
-
-def _one_string(arguments: dict[str, Any], key: str, tool: str) -> str | None:
-    if not isinstance(arguments.get(key), str) or set(arguments) != {key}:
-        return f"{tool!r} takes exactly one argument {key!r} (a string)"
-    return None
 
 
 def _row_info(raw: Any) -> RowInfo:
@@ -569,4 +543,4 @@ def _judge(session: WorldSession, graded: Graded) -> Any:
                                               graded.verdict)
 
 
-__all__ = ["AGENT_NAME", "CALL_TOOL", "LoopSettings", "WorldAgentLoop", "parse_call"]
+__all__ = ["AGENT_NAME", "LoopSettings", "WorldAgentLoop"]

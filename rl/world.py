@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from envs.contract import ToolInfo
 from envs.episodes_store import save_episode
 from envs.instance import Environment, Instance
 from gates.agents import take_step
@@ -51,6 +50,8 @@ from gates.llm_agent import (
     LIST_TOOLS_TOOL,
     SHELL,
     SHELL_TOOL,
+    mcp_tool,
+    meta_call,
 )
 from gates.rollout import grade, interfaces_used, open_task_instance
 from gates.task import Task, load_task
@@ -120,7 +121,7 @@ class WorldRuntime:
             if mode == "meta":
                 schemas = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL]
             else:
-                schemas = [*(_function(t) for t in instance.list_tools()), SHELL_TOOL,
+                schemas = [*(mcp_tool(t) for t in instance.list_tools()), SHELL_TOOL,
                            ANSWER_TOOL]
             names = frozenset(s["function"]["name"] for s in schemas)
             found = self._schemas[key] = (schemas, names)
@@ -276,13 +277,13 @@ class WorldSession:
             self.trajectory.turns.append(TurnRecord(index=index, step=step, observation=text,
                                                     reasoning=reasoning))
             return Observation(text, False)
-        name, arguments = _meta_call(step.arguments)
-        if name is None:
+        parsed = meta_call(step.arguments)
+        if isinstance(parsed, str):
             self.trajectory.turns.append(TurnRecord(
-                index=index, step=step, observation=f"Not executed: {arguments}",
+                index=index, step=step, observation=f"Not executed: {parsed}",
                 is_error=True, reasoning=reasoning))
-            return Observation(f"Not executed: {arguments}", True)
-        assert isinstance(arguments, dict)
+            return Observation(f"Not executed: {parsed}", True)
+        name, arguments = parsed
         called = await self._bounded(lambda: self.instance.call_tool(name, arguments),
                                      describe=f"tool {name!r}",
                                      inline=self.instance.runs_inline(name))
@@ -362,31 +363,10 @@ class Graded:
     grading_error: str | None
 
 
-def _function(info: ToolInfo) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": info.name, "description": info.description,
-        "parameters": info.input_schema or {"type": "object", "properties": {}}}}
-
-
 def _describe(step: Step) -> str:
     if isinstance(step, ShellStep):
         return "shell command"
     return f"tool {step.tool!r}" if isinstance(step, ToolStep) else "answer"
-
-
-def _meta_call(arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any] | str]:
-    """(tool name, arguments) of a ``call_tool`` call, or (None, why not)."""
-    name, raw = arguments.get("tool_name"), arguments.get("arguments", {})
-    if not isinstance(name, str):
-        return None, f"call_tool needs a 'tool_name' string, got {name!r}"
-    if isinstance(raw, str):
-        try:
-            raw = msgspec.json.decode(raw or "{}")
-        except msgspec.DecodeError as exc:
-            return None, f"arguments are not valid JSON: {exc}"
-    if not isinstance(raw, dict):
-        return None, "arguments must be a JSON object"
-    return name, raw
 
 
 __all__ = [
