@@ -16,8 +16,7 @@ from envs.instance import Environment, Instance
 from gates.contract import Verdict
 from gates.rewards import wildawm_reward
 from gates.rollout import grade, task_w0
-from gates.task import SPEC_FILE, Task, load_task
-from packs.registry import load_pack
+from gates.task import Task, load_task, task_folders
 from worldstore.errors import ConfigError
 
 
@@ -46,21 +45,6 @@ def grade_of(verdict: Verdict) -> dict[str, Any]:
             "errors": list(verdict.errors)}
 
 
-def task_folders(source: str, installed: Path | None = None) -> list[Path]:
-    """The task folders a source names: a task folder, a folder of them, or a pack."""
-    folder = Path(source)
-    if (folder / SPEC_FILE).is_file():
-        return [folder]
-    if folder.is_dir():
-        found = sorted(p for p in folder.iterdir() if (p / SPEC_FILE).is_file())
-        if not found:
-            raise ConfigError(f"--tasks {source}: neither a task folder nor a folder of "
-                              f"task folders (no {SPEC_FILE} in it or its subfolders)")
-        return found
-    pack = load_pack(source, installed)
-    return [pack.task_dir(name) for name in pack.tasks]
-
-
 def load_served_tasks(env: Environment, sources: Sequence[str],
                       installed: Path | None = None) -> dict[str, ServedTask]:
     """Every task of `sources`, by task id; ConfigError naming both folders when two
@@ -78,4 +62,4 @@ def load_served_tasks(env: Environment, sources: Sequence[str],
     return tasks
 
 
-__all__ = ["grade_of", "load_served_tasks", "served_task", "task_folders"]
+__all__ = ["grade_of", "load_served_tasks", "served_task"]

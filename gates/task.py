@@ -32,6 +32,8 @@ from gates.contract import (
     ToolStep,
 )
 from gates.errors import TaskError
+from packs.registry import load_pack
+from worldstore.errors import ConfigError
 from worldstore.jsonfile import decode_json_file
 
 SPEC_FILE = "task.json"
@@ -101,6 +103,24 @@ def step_interface(step: ToolStep | ShellStep | AnswerStep) -> Interface | None:
         return "shell"
     return None
 
+
+
+def task_folders(source: str, installed: Path | None = None, *,
+                 split: str | None = None) -> list[Path]:
+    """The task folders a source names: a task folder, a folder of them, or a pack by
+    name (its tasks, or those of `split`; installed packs are in `installed`)."""
+    folder = Path(source)
+    if (folder / SPEC_FILE).is_file():
+        return [folder]
+    if folder.is_dir():
+        found = sorted(p for p in folder.iterdir() if (p / SPEC_FILE).is_file())
+        if not found:
+            raise ConfigError(f"{source}: neither a task folder nor a folder of task "
+                              f"folders (no {SPEC_FILE} in it or its subfolders)")
+        return found
+    pack = load_pack(source, installed)
+    return [pack.task_dir(name) for name in (pack.tasks if split is None
+                                             else pack.split(split))]
 
 # --- internals ----------------------------------------------------------------------------
 

@@ -127,32 +127,14 @@ def eval_compare(run_dirs: tuple[Path, ...], html: Path | None, md: Path | None)
 
 def _tasks(ctx: click.Context, sources: tuple[str, ...], split: str
            ) -> tuple[list[Task], str | None]:
-    """A pack's split, or task folders (each a task folder or a folder of them)."""
-    from eval.errors import EvalError
-    from gates.task import SPEC_FILE, load_task
-    from packs.registry import load_pack
+    """The tasks of the sources (task folders, folders of them, packs: their `split`),
+    and the split when a pack was among them."""
+    from gates.task import load_task, task_folders
 
-    first = Path(sources[0])
-    if len(sources) == 1 and not first.exists():
-        pack = load_pack(sources[0], ctx.meta["worldctl.packs_dir"])
-        names = pack.split(split)
-        if not names:
-            raise EvalError(f"split {split!r} of pack {pack.name!r} has no tasks")
-        return [load_task(pack.task_dir(n)) for n in names], split
-    tasks = []
-    for source in sources:
-        folder = Path(source)
-        if (folder / SPEC_FILE).is_file():
-            tasks.append(load_task(folder))
-        elif folder.is_dir():
-            found = sorted(p for p in folder.iterdir() if (p / SPEC_FILE).is_file())
-            if not found:
-                raise EvalError(f"{folder}: neither a task folder nor a folder of task "
-                                f"folders (no {SPEC_FILE})")
-            tasks.extend(load_task(p) for p in found)
-        else:
-            raise EvalError(f"{source}: no such task folder or pack")
-    return tasks, None
+    installed = ctx.meta["worldctl.packs_dir"]
+    folders = [f for s in sources for f in task_folders(s, installed, split=split)]
+    from_pack = any(not Path(s).is_dir() for s in sources)
+    return [load_task(f) for f in folders], split if from_pack else None
 
 
 def _pct(value: Any) -> str:
