@@ -8,7 +8,7 @@ import sys
 import click
 
 from worldctl import render
-from worldctl.session import worlds
+from worldctl.session import installed_packs, worlds
 
 
 @click.group()
@@ -176,7 +176,7 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
     if task_sources:
         from gates.served import load_served_tasks
 
-        tasks = load_served_tasks(env, task_sources, ctx.meta.get("worldctl.packs_dir"))
+        tasks = load_served_tasks(env, task_sources, installed_packs(ctx))
     run_gateway(env, host=host, port=port, token=token, max_instances=max_instances,
                 idle_timeout=idle_timeout, call_timeout=call_timeout, mode=mode,
                 tasks=tasks, max_steps=max_steps)

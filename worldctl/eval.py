@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from worldctl import render
-from worldctl.session import PACKS_ENV, session, worlds
+from worldctl.session import installed_packs, packs_option, remember_packs, worlds
 
 if TYPE_CHECKING:
     from eval.contract import Trial
@@ -22,12 +22,11 @@ if TYPE_CHECKING:
 
 
 @click.group("eval")
-@click.option("--packs", "packs_dir", default=None, metavar="DIR",
-              help=f"Directory of installed packs (env {PACKS_ENV}; default <store>/packs).")
+@packs_option
 @click.pass_context
 def eval_group(ctx: click.Context, packs_dir: str | None) -> None:
     """Measure agents on tasks: runs, reports, comparisons."""
-    ctx.meta["worldctl.packs_dir"] = session(ctx).packs_dir(packs_dir)
+    remember_packs(ctx, packs_dir)
 
 
 @eval_group.command("run")
@@ -131,7 +130,7 @@ def _tasks(ctx: click.Context, sources: tuple[str, ...], split: str
     and the split when a pack was among them."""
     from gates.task import load_task, task_folders
 
-    installed = ctx.meta["worldctl.packs_dir"]
+    installed = installed_packs(ctx)
     folders = [f for s in sources for f in task_folders(s, installed, split=split)]
     from_pack = any(not Path(s).is_dir() for s in sources)
     return [load_task(f) for f in folders], split if from_pack else None

@@ -12,25 +12,18 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from worldctl import render
-from worldctl.session import PACKS_ENV, session, worlds
+from worldctl.session import installed_packs, packs_option, remember_packs, worlds
 
 if TYPE_CHECKING:
     from packs.registry import Pack
 
 
 @click.group()
-@click.option("--packs", "packs_dir", default=None, metavar="DIR",
-              help=f"Directory of installed packs (env {PACKS_ENV}; default <store>/packs, "
-                   "or ./.worldctl-packs for a PostgreSQL store).")
+@packs_option
 @click.pass_context
 def pack(ctx: click.Context, packs_dir: str | None) -> None:
     """Domain packs: list, show, export and import them."""
-    ctx.meta["worldctl.packs_dir"] = session(ctx).packs_dir(packs_dir)
-
-
-def _installed(ctx: click.Context) -> Path:
-    found: Path = ctx.meta["worldctl.packs_dir"]
-    return found
+    remember_packs(ctx, packs_dir)
 
 
 def pack_dict(found: Pack) -> dict[str, Any]:
@@ -48,7 +41,7 @@ def pack_list(ctx: click.Context, as_json: bool) -> None:
     """Shipped and installed packs."""
     from packs.registry import list_packs
 
-    found = list_packs(_installed(ctx))
+    found = list_packs(installed_packs(ctx))
     if as_json:
         render.emit_json([pack_dict(p) for p in found])
         return
@@ -66,7 +59,7 @@ def pack_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """A pack (by NAME or folder): its worlds, tasks, splits and scripted episodes."""
     from packs.registry import load_pack
 
-    found = load_pack(name, _installed(ctx))
+    found = load_pack(name, installed_packs(ctx))
     if as_json:
         render.emit_json(pack_dict(found))
         return
@@ -95,7 +88,7 @@ def pack_export(ctx: click.Context, name: str, dest: Path) -> None:
     from packs.archive import export_pack
     from packs.registry import load_pack
 
-    manifest = export_pack(worlds(ctx, create=True), load_pack(name, _installed(ctx)), dest)
+    manifest = export_pack(worlds(ctx, create=True), load_pack(name, installed_packs(ctx)), dest)
     render.echo(f"{dest}: pack {manifest.name} (format {manifest.format}), "
                 f"{len(manifest.files)} files, {len(manifest.worlds)} persona-days")
 
@@ -111,7 +104,7 @@ def pack_import(ctx: click.Context, archive: Path) -> None:
     """
     from packs.archive import import_pack
 
-    installed = _installed(ctx)
+    installed = installed_packs(ctx)
     done = import_pack(worlds(ctx, create=True), archive, installed)
     where = ("is the pack shipped with agent-worlds (identical; nothing to unpack)"
              if done.pack.shipped else f"installed into {done.pack.root}")

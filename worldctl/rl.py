@@ -15,26 +15,24 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from worldctl import render
-from worldctl.session import PACKS_ENV, session, worlds
+from worldctl.session import installed_packs, packs_option, remember_packs, session, worlds
 
 if TYPE_CHECKING:
     from packs.registry import Pack
 
 
 @click.group()
-@click.option("--packs", "packs_dir", default=None, metavar="DIR",
-              help=f"Directory of installed packs (env {PACKS_ENV}; default <store>/packs, "
-                   "or ./.worldctl-packs for a PostgreSQL store).")
+@packs_option
 @click.pass_context
 def rl(ctx: click.Context, packs_dir: str | None) -> None:
     """Training with verl: datasets, the SFT warm start, a launch config."""
-    ctx.meta["worldctl.packs_dir"] = session(ctx).packs_dir(packs_dir)
+    remember_packs(ctx, packs_dir)
 
 
 def _pack(ctx: click.Context, name: str) -> Pack:
     from packs.registry import load_pack
 
-    installed: Path = ctx.meta["worldctl.packs_dir"]
+    installed = installed_packs(ctx)
     return load_pack(name, installed)
 
 

@@ -14,6 +14,24 @@ if TYPE_CHECKING:
     from worldstore.store import EventStore
 
 PACKS_ENV = "WORLDCTL_PACKS"
+_PACKS_KEY = "worldctl.packs_dir"
+
+# The --packs option of the command groups that read packs (pack, rl, eval): a group
+# passes its value to remember_packs; its commands read installed_packs.
+packs_option = click.option(
+    "--packs", "packs_dir", default=None, metavar="DIR",
+    help=f"Directory of installed packs (env {PACKS_ENV}; default <store>/packs, or "
+         "./.worldctl-packs for a PostgreSQL store).")
+
+
+def remember_packs(ctx: click.Context, packs_dir: str | None) -> None:
+    ctx.meta[_PACKS_KEY] = session(ctx).packs_dir(packs_dir)
+
+
+def installed_packs(ctx: click.Context) -> Path:
+    """Where installed packs are: the group's --packs, else the environment's default."""
+    found = ctx.meta.get(_PACKS_KEY)
+    return Path(found) if found is not None else session(ctx).packs_dir()
 
 
 @dataclass
