@@ -6,9 +6,10 @@ and dataset rows of the demo pack as verl's batch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,43 @@ import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from rl_tokenizer import tiny_tokenizer
-from transformers import PreTrainedTokenizerBase, Qwen2Config
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, Qwen2Config
 from verl.protocol import DataProto
 from verl.workers.rollout.replica import TokenOutput
 
 from gates.contract import AnswerStep, ShellStep, Step, ToolStep
+from replay import Worlds
+from rl.world import STORE_ENV, forget_runtimes
 
 VERL_CONFIG = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 LOOPS_YAML = Path(__file__).resolve().parent.parent / "rl" / "agent_loop.yaml"
+DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
+
+
+@contextlib.contextmanager
+def demo_store(folder: Path) -> Iterator[Path]:
+    """A store of the demo world in `folder`, named by AGENT_WORLDS_STORE (as a training
+    node's environment names it) while in use; this process's runtimes dropped after."""
+    location = folder / "store"
+    worlds = Worlds.open(location)
+    worlds.import_file(DEMO_JSONL)
+    worlds.close()
+    previous = os.environ.get(STORE_ENV)
+    os.environ[STORE_ENV] = str(location)
+    try:
+        yield location
+    finally:
+        forget_runtimes()
+        if previous is None:
+            os.environ.pop(STORE_ENV, None)
+        else:
+            os.environ[STORE_ENV] = previous
+
+
+def tokenizer_of(model: Path) -> PreTrainedTokenizerBase:
+    """The tiny model's tokenizer as verl loads it (from the folder)."""
+    loaded: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(model))
+    return loaded
 
 
 def tiny_model(folder: Path) -> Path:
@@ -129,5 +159,5 @@ def batch_of(rows: Sequence[dict[str, Any]], n: int = 1) -> DataProto:
     })
 
 
-__all__ = ["LOOPS_YAML", "ScriptedServer", "batch_of", "call_text", "replaying",
-           "tiny_model", "verl_config"]
+__all__ = ["DEMO_JSONL", "LOOPS_YAML", "ScriptedServer", "batch_of", "call_text",
+           "demo_store", "replaying", "tiny_model", "tokenizer_of", "verl_config"]

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rl_harness import ScriptedServer, batch_of, replaying, tiny_model, verl_config
+from rl_harness import (
+    DEMO_JSONL,
+    ScriptedServer,
+    batch_of,
+    demo_store,
+    replaying,
+    tiny_model,
+    tokenizer_of,
+    verl_config,
+)
 
 from envs.episodes_store import list_episodes
 from gates.task import load_task
@@ -23,27 +32,16 @@ from packs.registry import load_pack
 from replay import Worlds
 from rl.dataset import rl_rows
 from rl.verl_manager import AdaptiveAgentLoopWorker, kappa_book
-from rl.world import CACHE_ENV, STORE_ENV, forget_runtimes
+from rl.world import CACHE_ENV, STORE_ENV
 
-DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 PACK = load_pack("demo")
 TASKS = PACK.split("rl")
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    location = tmp_path_factory.mktemp("rl-adaptive") / "store"
-    worlds = Worlds.open(location)
-    worlds.import_file(DEMO_JSONL)
-    worlds.close()
-    previous = os.environ.get(STORE_ENV)
-    os.environ[STORE_ENV] = str(location)
-    yield location
-    forget_runtimes()
-    if previous is None:
-        os.environ.pop(STORE_ENV, None)
-    else:
-        os.environ[STORE_ENV] = previous
+    with demo_store(tmp_path_factory.mktemp("rl-adaptive")) as location:
+        yield location
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +85,7 @@ def test_a_mixed_group_is_ready_at_its_base_rollouts(store: Path, model: Path,
                                                      tmp_path: Path) -> None:
     name = TASKS[0]
     # alternate by arrival: two of the four base rollouts solve it, two do nothing
-    server = ScriptedServer(_tokenizer(model),
+    server = ScriptedServer(tokenizer_of(model),
                             lambda k, p: reference(name) if k % 2 == 0 else replaying([]))
     out = step(config_with(model, tmp_path / "kappa.json"), server, batch_of([row(name)], 4))
     [decided] = outcomes(out)
@@ -106,14 +104,14 @@ def test_a_hopeless_task_is_exhausted_then_launches_all_at_once_and_cancels(
     name = TASKS[1]
     kappa = tmp_path / "kappa.json"
     config = config_with(model, kappa)
-    out = step(config, ScriptedServer(_tokenizer(model), nothing),
+    out = step(config, ScriptedServer(tokenizer_of(model), nothing),
                batch_of([row(name)], 4))
     [decided] = outcomes(out)
     assert (decided["status"], decided["launched"], decided["completed"],
             decided["kappa"]) == ("exhausted", 12, 12, "3")
     assert len(out) == 4
     before = _episodes(store, name)
-    server = ScriptedServer(_tokenizer(model), lambda k, p: reference(name))
+    server = ScriptedServer(tokenizer_of(model), lambda k, p: reference(name))
     out = step(config, server, batch_of([row(name)], 4))
     [decided] = outcomes(out)
     assert (decided["status"], decided["launched"], decided["cancelled"],
@@ -128,7 +126,7 @@ def test_a_hopeless_task_is_exhausted_then_launches_all_at_once_and_cancels(
 def test_groups_of_several_tasks_keep_the_batch_order(store: Path, model: Path,
                                                       tmp_path: Path) -> None:
     names = TASKS[:2]
-    server = ScriptedServer(_tokenizer(model), _by_task)
+    server = ScriptedServer(tokenizer_of(model), _by_task)
     out = step(config_with(model, tmp_path / "kappa.json"), server,
                batch_of([row(n) for n in names], 2))
     tasks = [info["task_id"] for info in out.non_tensor_batch["extra_info"].tolist()]
@@ -143,7 +141,7 @@ def test_validation_batches_run_a_fixed_group_and_leave_kappa_alone(
     kappa = tmp_path / "kappa.json"
     batch = batch_of([row(name)], 4)
     batch.meta_info["validate"] = True
-    out = step(config_with(model, kappa), ScriptedServer(_tokenizer(model), nothing), batch)
+    out = step(config_with(model, kappa), ScriptedServer(tokenizer_of(model), nothing), batch)
     assert len(out) == 4 and "adaptive" not in out.non_tensor_batch
     assert not kappa.exists()
 
@@ -176,12 +174,6 @@ def _episodes(store: Path, name: str) -> list[Any]:
         worlds.close()
 
 
-def _tokenizer(model: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model))
-
-
 # --- a local Ray cluster ----------------------------------------------------------------------
 
 
@@ -209,7 +201,7 @@ def test_two_ray_workers_fill_their_own_caches_with_the_same_hashes(
         # the store and the caches come from the workers' environment, as on a cluster
         config = verl_config(model, "actor_rollout_ref.rollout.agent.num_workers=2")
         manager = AdaptiveAgentLoopManager.create(
-            config, llm_client=ScriptedServer(_tokenizer(model), _by_task))
+            config, llm_client=ScriptedServer(tokenizer_of(model), _by_task))
         # the same task for both workers (verl gives each an equal chunk of the batch)
         out = manager.generate_sequences(batch_of([row(TASKS[0]), row(TASKS[0])], 2))
     finally:

@@ -16,7 +16,16 @@ from typing import Any
 import msgspec
 import pytest
 from omegaconf import DictConfig
-from rl_harness import ScriptedServer, batch_of, call_text, replaying, tiny_model, verl_config
+from rl_harness import (
+    ScriptedServer,
+    batch_of,
+    call_text,
+    demo_store,
+    replaying,
+    tiny_model,
+    tokenizer_of,
+    verl_config,
+)
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap
 
 from envs.episodes_store import list_episodes, load_episode, verify_episode
@@ -29,27 +38,15 @@ from replay import Worlds
 from rl.dataset import rl_rows
 from rl.errors import RLError
 from rl.verl_loop import COMPACT_PROMPT, WorldAgentLoop
-from rl.world import STORE_ENV, forget_runtimes
 
-DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 PACK = load_pack("demo")
 RL_TASKS = PACK.split("rl")
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    location = tmp_path_factory.mktemp("rl-loop") / "store"
-    worlds = Worlds.open(location)
-    worlds.import_file(DEMO_JSONL)
-    worlds.close()
-    previous = os.environ.get(STORE_ENV)
-    os.environ[STORE_ENV] = str(location)
-    yield location
-    forget_runtimes()
-    if previous is None:
-        os.environ.pop(STORE_ENV, None)
-    else:
-        os.environ[STORE_ENV] = previous
+    with demo_store(tmp_path_factory.mktemp("rl-loop")) as location:
+        yield location
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +83,7 @@ def test_the_reference_policy_solves_every_rl_task_and_the_reward_is_the_verifie
     replaying it reproduces its recorded world."""
     config = verl_config(model)
     order = list(RL_TASKS)
-    server = ScriptedServer(model_tokenizer(model), by_task)
+    server = ScriptedServer(tokenizer_of(model), by_task)
     out = run_worker(config, server, batch_of(rows(*order)))
     assert extra(out, "V") == [1] * len(order)
     assert [float(s) for s in out.batch["rm_scores"].sum(-1)] == [1.0] * len(order)
@@ -110,17 +107,11 @@ def by_task(k: int, prompt: str) -> Any:
     return replaying(task(name).solution.steps)
 
 
-def model_tokenizer(model: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model))
-
-
 def test_masks_are_one_on_exactly_the_models_tokens_across_tool_turns(
         store: Path, model: Path) -> None:
     config = verl_config(model)
     name = RL_TASKS[0]
-    server = ScriptedServer(model_tokenizer(model),
+    server = ScriptedServer(tokenizer_of(model),
                             lambda _k, _p: replaying(task(name).solution.steps))
     out = run_worker(config, server, batch_of(rows(name)))
     mask = out.batch["response_mask"][0]
@@ -128,7 +119,7 @@ def test_masks_are_one_on_exactly_the_models_tokens_across_tool_turns(
     trained = [int(t) for t, m in zip(response.tolist(), mask.tolist(), strict=True) if m]
     [generated] = server.outputs.values()
     assert trained == [t for step in generated for t in step]
-    tokenizer = model_tokenizer(model)
+    tokenizer = tokenizer_of(model)
     untrained = tokenizer.decode([int(t) for t, m in zip(response.tolist(), mask.tolist(),
                                                          strict=True) if not m and t])
     assert untrained.count("<tool_response>") == len(generated) - 1  # every tool turn
@@ -151,7 +142,7 @@ def test_leaving_the_schemas_out_of_the_tool_turn_delta_changes_no_token(
     name = RL_TASKS[0]
     contexts = []
     for lean in ("true", "false"):
-        server = ScriptedServer(model_tokenizer(model),
+        server = ScriptedServer(tokenizer_of(model),
                                 lambda _k, _p: replaying(task(name).solution.steps))
         config = verl_config(model, f"+agent_worlds.lean_tool_turns={lean}")
         run_worker(config, server, batch_of(rows(name)))
@@ -163,7 +154,7 @@ def test_leaving_the_schemas_out_of_the_tool_turn_delta_changes_no_token(
 def test_doing_nothing_gets_the_checklist_credit_only(store: Path, model: Path) -> None:
     config = verl_config(model)
     name = RL_TASKS[0]
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying([]))
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying([]))
     out = run_worker(config, server, batch_of(rows(name)))
     [checks] = extra(out, "checks")
     [reward] = extra(out, "reward")
@@ -185,7 +176,7 @@ def test_a_format_failure_stops_with_minus_one_and_trains_only_that_step(
         store: Path, model: Path, text: str) -> None:
     name = RL_TASKS[0]
     first = call_text(ToolStep(tool="shop_get_cart"))
-    server = ScriptedServer(model_tokenizer(model),
+    server = ScriptedServer(tokenizer_of(model),
                             lambda _k, _p: lambda n, prompt: first if n == 0 else text)
     out = run_worker(verl_config(model), server, batch_of(rows(name)))
     assert extra(out, "format_error") == [1]
@@ -205,10 +196,10 @@ def test_a_tool_call_that_hangs_times_out_and_the_rollout_goes_on(
     steps = [ShellStep(command="sleep 3; echo late"), ShellStep(command="echo next"),
              AnswerStep(text="done")]
     config = verl_config(model, "+agent_worlds.tool_timeout=0.5")
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying(steps))
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying(steps))
     out = run_worker(config, server, batch_of(rows(name)))
     [prompts] = server.prompts.values()
-    tokenizer = model_tokenizer(model)
+    tokenizer = tokenizer_of(model)
     assert "shell command timed out after 0.5 s" in tokenizer.decode(prompts[1])
     assert "next" in tokenizer.decode(prompts[2])
     assert extra(out, "termination") == ["answer"]
@@ -224,7 +215,7 @@ def test_a_tool_call_that_hangs_times_out_and_the_rollout_goes_on(
 
 def test_a_server_failure_is_retried_on_a_fresh_instance(store: Path, model: Path) -> None:
     name = RL_TASKS[0]
-    server = ScriptedServer(model_tokenizer(model),
+    server = ScriptedServer(tokenizer_of(model),
                             lambda _k, _p: replaying(task(name).solution.steps), fail=1)
     out = run_worker(verl_config(model), server, batch_of(rows(name)))
     assert extra(out, "attempts") == [2]
@@ -234,7 +225,7 @@ def test_a_server_failure_is_retried_on_a_fresh_instance(store: Path, model: Pat
 def test_a_rollout_lost_three_times_is_counted_and_trains_nothing(
         store: Path, model: Path) -> None:
     name = RL_TASKS[0]
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying([]), fail=99)
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying([]), fail=99)
     out = run_worker(verl_config(model), server, batch_of(rows(name)))
     assert server.calls == 3
     assert extra(out, "env_error") == [1]
@@ -250,7 +241,7 @@ def test_a_rollout_past_its_time_limit_is_still_graded_on_its_final_world(
     steps = [*[s for s in task(name).solution.steps if not isinstance(s, AnswerStep)],
              ShellStep(command="sleep 5")]
     config = verl_config(model, "+agent_worlds.rollout_timeout=4")
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying(steps))
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying(steps))
     out = run_worker(config, server, batch_of(rows(name)))
     assert extra(out, "termination") == ["timeout"]
     [checks] = extra(out, "checks")
@@ -272,7 +263,7 @@ def test_meta_mode_with_awm_reward_uses_the_verifier_when_no_judge_model(
             meta.append(ToolStep(tool="call_tool", arguments={
                 "tool_name": step.tool, "arguments": dict(step.arguments)}))
     meta.append(AnswerStep(text="done"))
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: lambda n, p: call_text(
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: lambda n, p: call_text(
         meta[n], thought="") .replace("<think></think>", "<thinking>Next.</thinking>"))
     out = run_worker(verl_config(model), server, batch_of(rows(name, mode="meta",
                                                                 reward="awm")))
@@ -287,7 +278,7 @@ def test_awm_format_rule_stops_a_call_before_list_tools(store: Path, model: Path
     call = call_text(ToolStep(tool="call_tool", arguments={"tool_name": "shop_get_cart",
                                                            "arguments": {}}), thought="")
     call = call.replace("<think></think>", "<thinking>Cart first.</thinking>")
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: lambda n, p: call)
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: lambda n, p: call)
     out = run_worker(verl_config(model), server, batch_of(rows(name, mode="meta",
                                                                 reward="awm")))
     assert extra(out, "format_error") == [1]
@@ -322,7 +313,7 @@ def test_a_window_keeps_the_w_most_recent_steps_and_history_samples_are_one_per_
     name = RL_TASKS[0]
     steps = task(name).solution.steps
     config = verl_config(model, "+agent_worlds.window=2", "+agent_worlds.samples=history")
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying(steps))
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying(steps))
     outputs = run_direct(config, server, rows(name)[0])
     [prompts] = server.prompts.values()
     [generated] = server.outputs.values()
@@ -330,7 +321,7 @@ def test_a_window_keeps_the_w_most_recent_steps_and_history_samples_are_one_per_
     for output, prompt, tokens in zip(outputs, prompts, generated, strict=True):
         assert output.prompt_ids == prompt and output.response_ids == tokens
         assert output.response_mask == [1] * len(tokens)
-    tokenizer = model_tokenizer(model)
+    tokenizer = tokenizer_of(model)
     late = tokenizer.decode(prompts[5])
     assert late.count("<tool_response>") == 2  # the two most recent steps' results only
     assert all(o.reward_score == 1.0 for o in outputs)
@@ -343,7 +334,7 @@ def test_compaction_cuts_the_rollout_into_segments(store: Path, model: Path) -> 
     `compact_at`, a separate call summarises, the rollout goes on from the summary."""
     name = RL_TASKS[0]
     steps = task(name).solution.steps
-    tokenizer = model_tokenizer(model)
+    tokenizer = tokenizer_of(model)
     config = verl_config(model, "+agent_worlds.history=compaction",
                          "+agent_worlds.compact_at=26000", "+agent_worlds.samples=segments")
     plan = iter(steps)
@@ -371,7 +362,7 @@ def test_the_classic_worker_refuses_a_rollout_cut_into_samples(
 
     name = RL_TASKS[0]
     config = verl_config(model, "+agent_worlds.window=1", "+agent_worlds.samples=history")
-    server = ScriptedServer(model_tokenizer(model),
+    server = ScriptedServer(tokenizer_of(model),
                             lambda _k, _p: replaying(task(name).solution.steps))
     worker = AdaptiveAgentLoopWorker(config, server)
     with pytest.raises(RLError, match="classic trainer takes one sequence"):
@@ -379,7 +370,7 @@ def test_the_classic_worker_refuses_a_rollout_cut_into_samples(
 
 
 def test_unknown_settings_and_stale_rows_are_refused(store: Path, model: Path) -> None:
-    server = ScriptedServer(model_tokenizer(model), lambda _k, _p: replaying([]))
+    server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying([]))
     with pytest.raises(RLError, match="setting 'windw' is unknown"):
         direct_loop(verl_config(model, "+agent_worlds.windw=3"), server)
     row = rows(RL_TASKS[0])[0]
