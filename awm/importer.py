@@ -233,6 +233,16 @@ def _stored_day0(worlds: Worlds, persona: str) -> bytes | None:
     return out.getvalue()
 
 
+def import_day0(worlds: Worlds, scenario: Scenario, day: Day0) -> ScenarioReport:
+    """Store one planned day 0 as ``import-awm`` stores a scenario's (the persona checks,
+    the atomic import, a statement replay refuses dropped and the day tried again) and
+    report it the same way; ScenarioRefused when it cannot be stored. For days 0 made
+    elsewhere (synthesis), from a scenario in AWM's shape."""
+    _check_persona(worlds, scenario, day, None)
+    stored, result = _store_one(worlds, scenario, day)
+    return _scenario_report(worlds, scenario, stored, result, None)
+
+
 def _source(day: Day0) -> str:
     return f"<AWM scenario {day.scenario}, day 0>"
 

@@ -41,7 +41,7 @@ from envs.dispatch import (
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from envs.errors import AppLoadError, AppPinError, InstanceClosed, SandboxError
 from envs.sandbox import run_sandboxed
-from envs.worker_pool import RemoteApp, RemoteTool, WorkerPool
+from envs.worker_pool import RemoteApp, RemoteTool, WorkerLimits, WorkerPool
 from envs.workspace import (
     Content,
     WorkspaceLimits,
@@ -125,7 +125,8 @@ class Environment:
     def __init__(self, worlds: Worlds, apps: dict[str, App] | None = None, *,
                  check_pins: bool = True, lazy: bool = True,
                  workspace_limits: WorkspaceLimits | None = None,
-                 bare_names: bool = False) -> None:
+                 bare_names: bool = False, worker_limits: WorkerLimits | None = None,
+                 workers: WorkerPool | None = None) -> None:
         """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
         pins are ignored and `apps` serve its services by name (for testing other code
         against a world; never for training data). Instances are lazy mounts by default:
@@ -135,7 +136,11 @@ class Environment:
         ``envs.workspace.WorkspaceLimits`` for the defaults). With ``bare_names=True``
         instances name their tools without the service prefix (``search_channels``: the
         ``operation_id`` names AWM-trained agents expect; ``open`` can say otherwise per
-        instance), in the tool list and in meta-tool mode alike."""
+        instance), in the tool list and in meta-tool mode alike. `worker_limits` bound the
+        sandboxed workers of carried apps (``envs.worker_pool.WorkerLimits`` by default).
+        `workers`: a pool of carried-app workers shared with other environments (whose
+        worlds share this one's snapshot cache, so the same code's worker serves them
+        all); the caller closes it, ``close`` does not."""
         self.worlds = worlds
         self.bare_names = bare_names
         self.workspace_limits = workspace_limits or WorkspaceLimits()
@@ -144,11 +149,15 @@ class Environment:
         self.lazy = lazy
         self._ids = itertools.count(1)
         self._pins: dict[str, dict[str, dict[str, Any]]] = {}
-        self._pool: WorkerPool | None = None
+        self._pool: WorkerPool | None = workers
+        self._owns_pool = workers is None
+        self.worker_limits = worker_limits
 
     def close(self) -> None:
         """Stop the sandboxed workers of carried apps (instances stay usable for shipped
         apps; a carried app's next call starts its worker again)."""
+        if not self._owns_pool:
+            return
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
@@ -212,7 +221,7 @@ class Environment:
         world carries the same code); its code never runs in this process."""
         code = (mount.snapshot / "apps" / f"{service}.py").read_text(encoding="utf-8")
         if self._pool is None:
-            self._pool = WorkerPool()
+            self._pool = WorkerPool(self.worker_limits)
         try:
             return self._pool.app(service, code, mount.path.parent)
         except AppLoadError as exc:

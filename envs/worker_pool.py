@@ -38,6 +38,7 @@ next call. A worker whose call left a thread, a process or a timer running is re
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import itertools
@@ -51,6 +52,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,9 @@ class WorkerLimits:
     max_file_mib: int = 256
     max_workers: int = 16  # processes per app: calls at once beyond this wait for one
     idle_s: float = 300.0  # a worker idle this long is stopped (but an app's last one)
+    # Processes kept started ahead of need, their imports done and no code loaded yet: a
+    # worker then starts in the time its code takes to load (see ``_Spares``).
+    spares: int = 0
 
 
 def _python_paths() -> tuple[str, str, list[str]]:
@@ -252,20 +257,12 @@ class AppWorker:
         if self._proc is not None and self._proc.poll() is None:
             return
         self._stop()
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
-        # Datagrams keep each request's descriptors with its own message.
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._proc = subprocess.Popen(
-                self.argv(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=self._log,
-                stderr=self._log, start_new_session=True, close_fds=True,
-                pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"})
-        except BaseException:
-            ours.close()
-            raise
-        finally:
-            theirs.close()
-        self._control = ours
+        started = _SPARES.take(self.limits) if self.limits.spares else None
+        if started is None:
+            started = _spawn(self.argv)
+        if self.limits.spares:
+            _SPARES.refill(self.limits, self.argv)
+        self._proc, self._control, self._log = started
         reply = self._request({"op": "load", "service": self.service, "code": self.code},
                               self.limits.start_timeout_s)
         if not reply.get("ok"):
@@ -386,6 +383,97 @@ class AppWorker:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+_Started = tuple[subprocess.Popen[bytes], socket.socket, Any]  # process, control, log
+
+
+def _spawn(argv: Callable[[int], list[str]]) -> _Started:
+    """Start one worker process (no code loaded yet): its process, our end of its control
+    socket and its log file."""
+    log_file = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
+    # Datagrams keep each request's descriptors with its own message.
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        proc = subprocess.Popen(
+            argv(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=log_file,
+            stderr=log_file, start_new_session=True, close_fds=True,
+            pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"})
+    except BaseException:
+        ours.close()
+        log_file.close()
+        raise
+    finally:
+        theirs.close()
+    return proc, ours, log_file
+
+
+class _Spares:
+    """Worker processes started ahead of need, per set of limits (the sandbox a worker
+    runs in depends on its limits only, never on the code it will load). A spare has run
+    no carried code: it waits for its first request having done its imports, which is most
+    of a worker's start. Taking one starts its replacement in the background. Spares are
+    stopped when this process exits."""
+
+    def __init__(self) -> None:
+        self._ready: dict[WorkerLimits, list[_Started]] = {}
+        self._filling: set[WorkerLimits] = set()
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def take(self, limits: WorkerLimits) -> _Started | None:
+        with self._lock:
+            ready = self._ready.get(limits, [])
+            while ready:
+                started = ready.pop(0)
+                if started[0].poll() is None:
+                    return started
+                _discard(started)
+        return None
+
+    def refill(self, limits: WorkerLimits, argv: Callable[[int], list[str]]) -> None:
+        """Start spares until `limits.spares` are ready, in a background thread."""
+        with self._lock:
+            if limits in self._filling:
+                return
+            self._filling.add(limits)
+        threading.Thread(target=self._fill, args=(limits, argv), name="app-worker-spares",
+                         daemon=True).start()
+
+    def _fill(self, limits: WorkerLimits, argv: Callable[[int], list[str]]) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if len(self._ready.get(limits, [])) >= limits.spares:
+                        return
+                started = _spawn(argv)
+                with self._lock:
+                    self._ready.setdefault(limits, []).append(started)
+        except (OSError, SandboxError) as exc:  # spares only save time: a failure is logged
+            log.warning("could not start a spare app worker: %s", exc)
+        finally:
+            with self._lock:
+                self._filling.discard(limits)
+
+    def close(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, {}
+        for spares in ready.values():
+            for started in spares:
+                _discard(started)
+
+
+def _discard(started: _Started) -> None:
+    proc, control, log_file = started
+    control.close()
+    if proc.poll() is None:
+        kill_sandbox(proc)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    log_file.close()
+
+
+_SPARES = _Spares()
 
 
 class AppWorkers:
@@ -598,6 +686,16 @@ class WorkerPool:
                     raise
                 self._apps[key] = found
             return found
+
+    def release(self, service: str, code: str) -> None:
+        """Stop and forget the workers of `code` (every instances directory): an app that
+        will not be served again."""
+        wanted = (service, digest(code.encode("utf-8")))
+        with self._lock:
+            gone = [k for k in self._apps if k[:2] == wanted]
+            apps = [self._apps.pop(k) for k in gone]
+        for app in apps:
+            app.worker.close()
 
     def workers(self) -> list[AppWorker]:
         """Every worker process of every app (running or stopped)."""

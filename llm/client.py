@@ -10,8 +10,14 @@ serves it. Calls can be recorded and replayed by content:
 
 ``replay`` answers only from those files and never touches the network, so grading with
 recorded answers is deterministic; ``record`` calls the model and stores each answer;
-``live`` stores nothing. The endpoint (``api_base``, ``api_key``) is not part of the key:
-the same request recorded against one server replays anywhere.
+``cache`` answers from a recording when there is one and otherwise calls the model and
+stores its answer (a resumed run asks the model nothing it has asked before, so what it
+resumes from and what it records agree); ``live`` stores nothing.
+
+Embeddings (``embed``) are recorded the same way: the request is the model and the texts
+(``{"kind": "embedding", ...}``), the file holds the vectors. The endpoint (``api_base``,
+``api_key``) is not part of the key: the same request recorded against one server replays
+anywhere.
 
 litellm is imported on the first call that needs a model: importing it costs seconds,
 and without ``LITELLM_LOCAL_MODEL_COST_MAP`` it tries to download a price table.
@@ -37,7 +43,7 @@ import msgspec
 from llm.errors import LLMCallError, NoModel, RecordingMissing
 from worldstore.errors import ConfigError
 
-Mode = Literal["live", "record", "replay"]
+Mode = Literal["live", "record", "replay", "cache"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 Message = dict[str, Any]
 RECORDING_FORMAT = 1
@@ -92,6 +98,31 @@ class _Recording(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     response: _Response
 
 
+class Embeddings(msgspec.Struct, frozen=True):
+    """The vectors of one embedding request, one per text in order."""
+
+    vectors: list[list[float]]
+    model: str
+    request_hash: str
+    from_recording: bool = False
+    tokens_in: int = 0
+    cost: float | None = None
+
+
+class _EmbeddingResponse(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    vectors: list[list[float]]
+    model: str
+    tokens_in: int = 0
+    cost: float | None = None
+
+
+class _EmbeddingRecording(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    format: int
+    request_hash: str
+    request: dict[str, Any]
+    response: _EmbeddingResponse
+
+
 class LLMClient:
     """Sends chat requests to one model, recording or replaying them by content hash."""
 
@@ -125,7 +156,7 @@ class LLMClient:
                  max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
         key, request = self._request(messages, tools, response_format, temperature,
                                      max_tokens)
-        if self.mode == "replay":
+        if self._answers_from_recording(key):
             return self._replay(key, request)
         litellm = _litellm()
         try:
@@ -141,7 +172,7 @@ class LLMClient:
                         max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
         key, request = self._request(messages, tools, response_format, temperature,
                                      max_tokens)
-        if self.mode == "replay":
+        if self._answers_from_recording(key):
             return self._replay(key, request)
         litellm = _litellm()
         try:
@@ -149,6 +180,28 @@ class LLMClient:
         except _provider_errors() as exc:
             raise self._call_error(exc) from exc
         return self._keep(key, request, raw)
+
+    def embed(self, texts: Sequence[str]) -> Embeddings:
+        """One vector per text from the model's embedding endpoint (litellm ``embedding``),
+        recorded and replayed like a chat request."""
+        model = self._require_model()
+        inputs = [str(t) for t in texts]
+        request: dict[str, Any] = {"kind": "embedding", "model": model, "input": inputs}
+        key = request_hash(request)
+        if self._answers_from_recording(key):
+            return self._replay_embedding(key, request)
+        litellm = _litellm()
+        try:
+            raw = litellm.embedding(model=model, input=inputs,
+                                    api_base=self.api_base, api_key=self.api_key,
+                                    timeout=self.timeout, num_retries=self.num_retries)
+        except _provider_errors() as exc:
+            raise self._call_error(exc) from exc
+        response = _embedding_response_of(raw, model, len(inputs))
+        if self.mode in ("record", "cache"):
+            self._write(key, _EmbeddingRecording(format=RECORDING_FORMAT, request_hash=key,
+                                                 request=request, response=response))
+        return _embeddings(response, key, from_recording=False)
 
     def recording_path(self, key: str) -> Path:
         if self.recordings is None:
@@ -181,17 +234,25 @@ class LLMClient:
         where = f" at {self.api_base}" if self.api_base else ""
         return LLMCallError(f"model {self.model!r}{where} failed: {type(exc).__name__}: {exc}")
 
+    def _answers_from_recording(self, key: str) -> bool:
+        """Replay always; cache when the request was recorded before."""
+        if self.mode == "replay":
+            return True
+        return self.mode == "cache" and self.recording_path(key).is_file()
+
     def _keep(self, key: str, request: dict[str, Any], raw: Any) -> Completion:
         response = _response_of(raw, self.model or "")
-        if self.mode == "record":
+        if self.mode in ("record", "cache"):
             self._store(key, request, response)
         return _completion(response, key, from_recording=False)
 
     def _store(self, key: str, request: dict[str, Any], response: _Response) -> None:
+        self._write(key, _Recording(format=RECORDING_FORMAT, request_hash=key,
+                                    request=request, response=response))
+
+    def _write(self, key: str, record: _Recording | _EmbeddingRecording) -> None:
         path = self.recording_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = _Recording(format=RECORDING_FORMAT, request_hash=key, request=request,
-                            response=response)
         data = msgspec.json.format(msgspec.json.encode(record, order="sorted"), indent=2)
         # Written beside and renamed, so a concurrent replay never reads half a file.
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -212,6 +273,22 @@ class LLMClient:
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
             raise RecordingMissing(f"{path}: not a valid recording: {exc}") from None
         return _completion(record.response, key, from_recording=True)
+
+    def _replay_embedding(self, key: str, request: dict[str, Any]) -> Embeddings:
+        path = self.recording_path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            first = request["input"][0] if request["input"] else ""
+            raise RecordingMissing(
+                f"no recording {path} for this embedding request (model "
+                f"{request['model']!r}; {len(request['input'])} texts, the first "
+                f"{first[:80]!r}); record it with {ENV_MODE}=record") from None
+        try:
+            record = msgspec.json.decode(data, type=_EmbeddingRecording)
+        except msgspec.DecodeError as exc:
+            raise RecordingMissing(f"{path}: not a valid embedding recording: {exc}") from None
+        return _embeddings(record.response, key, from_recording=True)
 
 
 def client_from_env(environ: Mapping[str, str] | None = None, *,
@@ -285,6 +362,33 @@ def _completion(response: _Response, key: str, *, from_recording: bool) -> Compl
                       tokens_out=response.tokens_out, cost=response.cost)
 
 
+def _embeddings(response: _EmbeddingResponse, key: str, *, from_recording: bool
+                ) -> Embeddings:
+    return Embeddings(vectors=[list(v) for v in response.vectors], model=response.model,
+                      request_hash=key, from_recording=from_recording,
+                      tokens_in=response.tokens_in, cost=response.cost)
+
+
+def _embedding_response_of(raw: Any, model: str, n: int) -> _EmbeddingResponse:
+    """Reduce litellm's EmbeddingResponse to the vectors, in the order of the texts."""
+    data = getattr(raw, "data", None) or []
+    items = [(int(_field(d, "index", i)), _field(d, "embedding", None))
+             for i, d in enumerate(data)]
+    if len(items) != n or any(not isinstance(v, list) or not v for _i, v in items):
+        raise LLMCallError(f"model {model!r} answered {len(items)} embeddings for {n} texts")
+    usage = getattr(raw, "usage", None)
+    return _EmbeddingResponse(vectors=[[float(x) for x in v] for _i, v in sorted(items)],
+                              model=str(getattr(raw, "model", None) or model),
+                              tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+                              cost=_cost_of(raw))
+
+
+def _field(item: Any, name: str, default: Any) -> Any:
+    if isinstance(item, dict):
+        return item.get(name, default)
+    return getattr(item, name, default)
+
+
 def _response_of(raw: Any, model: str) -> _Response:
     """Reduce litellm's ModelResponse to the fields this project reads."""
     choices = getattr(raw, "choices", None) or []
@@ -344,6 +448,6 @@ def _provider_errors() -> type[Exception]:
     return openai.OpenAIError
 
 
-__all__ = ["MODES", "Completion", "LLMCallError", "LLMClient", "Mode", "NoModel",
+__all__ = ["MODES", "Completion", "Embeddings", "LLMCallError", "LLMClient", "Mode", "NoModel",
            "RecordingMissing", "ToolCall", "assistant_message", "build_request", "client_from_env",
            "function_tool", "object_parameters", "request_hash"]

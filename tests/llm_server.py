@@ -16,12 +16,19 @@ list of rules, tried in order; the first whose ``when`` matches the request answ
 ``has_tools`` (whether the request offers tools). ``arguments`` given as a string are sent
 verbatim (to script malformed JSON). A request no rule matches gets HTTP 400 naming its
 last message. Scripts live in ``tests/fixtures/llm/``.
+
+``/v1/embeddings`` answers every text with a deterministic bag-of-words vector
+(``EMBEDDING_DIMS`` buckets of SHA-256-hashed lower-case words, unit length): the same
+text always gets the same vector, texts sharing most of their words get a cosine near 1,
+unrelated texts one near 0. ``embedding_requests`` keeps those requests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llm"
+EMBEDDING_DIMS = 256
 
 
 def load_script(name: str) -> list[dict[str, Any]]:
@@ -45,6 +53,7 @@ class LoopbackLLM:
     def __init__(self, rules: list[dict[str, Any]]) -> None:
         self.rules = rules
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         # A short poll interval: stopping waits for the next poll (0.5 s by default).
@@ -89,6 +98,11 @@ def _handler(owner: LoopbackLLM) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length))
+            if self.path.endswith("/embeddings"):
+                with owner._lock:
+                    owner.embedding_requests.append(body)
+                self._send(200, _embedding_reply(body))
+                return
             if not self.path.endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
@@ -166,3 +180,24 @@ def _usage(body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
         len(c["function"]["arguments"].split()) for c in message.get("tool_calls", []))
     return {"prompt_tokens": words_in, "completion_tokens": words_out,
             "total_tokens": words_in + words_out}
+
+
+def bag_of_words(text: str) -> list[float]:
+    """The loopback server's embedding of `text` (see the module docstring)."""
+    vector = [0.0] * EMBEDDING_DIMS
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        bucket = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big")
+        vector[bucket % EMBEDDING_DIMS] += 1.0
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
+
+def _embedding_reply(body: dict[str, Any]) -> dict[str, Any]:
+    texts = body.get("input") or []
+    if isinstance(texts, str):
+        texts = [texts]
+    data = [{"object": "embedding", "index": i, "embedding": bag_of_words(str(t))}
+            for i, t in enumerate(texts)]
+    words = sum(len(str(t).split()) for t in texts)
+    return {"object": "list", "data": data, "model": body.get("model", "loopback"),
+            "usage": {"prompt_tokens": words, "total_tokens": words}}

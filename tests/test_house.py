@@ -28,7 +28,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "llm": {"worldstore"},
     "gates": {"worldstore", "replay", "packs", "envs", "llm"},
     "awm": BELOW_GATES,  # the AWM importer: on grading (its task folders)
-    "synth": BELOW_GATES,
+    "synth": BELOW_GATES | {"awm"},  # synthesis: day 0 through the AWM import path
     "rl": BELOW_GATES,
     "eval": BELOW_GATES,
     "worldctl": BELOW_GATES | {"synth", "rl", "eval", "awm"},

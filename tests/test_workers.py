@@ -450,3 +450,75 @@ def test_a_carried_app_answers_as_the_same_code_in_process(tmp_path: Path) -> No
     assert [r.is_error for r in results] == [False, False, False, True, True, True, True, False]
     assert "prefix" in results[4].text and results[5].text == "refused"
     assert sum(isinstance(e, DbChange) for e in carried[1]) == 2
+
+
+def _spare_count(limits: WorkerLimits) -> int:
+    from envs import worker_pool
+
+    with worker_pool._SPARES._lock:
+        return sum(1 for s in worker_pool._SPARES._ready.get(limits, [])
+                   if s[0].poll() is None)
+
+
+def _wait_for_spare(limits: WorkerLimits, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _spare_count(limits) < 1:
+        assert time.monotonic() < deadline, "no spare worker was started"
+        time.sleep(0.05)
+
+
+def test_a_spare_worker_serves_other_code_in_a_sandbox_of_its_own(tmp_path: Path) -> None:
+    """A spare (started ahead of need, no code loaded) becomes the worker of whichever code
+    needs one next: it serves that code exactly, and it is a new process, never one that
+    ran other carried code."""
+    limits = WorkerLimits(timeout_s=3, spares=1, idle_s=301.0)  # a key of its own
+    other = CODE + "\n# the same tools, another digest: another app's worker\n"
+    first_store, second_store = _world(tmp_path / "a", CODE), _world(tmp_path / "b", other)
+    pool = WorkerPool(limits)
+    try:
+        with Environment(first_store, apps={}, workers=pool) as env, env.open("p@0") as one:
+            assert one.call_tool("notes_get_note", {"note_id": 1}).structured == {
+                "id": 1, "title": "first"}
+        first_pids = {w.pid for w in pool.workers()}
+        _wait_for_spare(limits)
+        with Environment(second_store, apps={}, workers=pool) as env, env.open("q@0") as two:
+            assert two.call_tool("notes_get_note", {"note_id": 1}).structured == {
+                "id": 1, "title": "first of q"}
+        pids = {w.pid for w in pool.workers()}
+        assert len(pids) == 2 and None not in pids and first_pids < pids
+        _wait_for_spare(limits)  # taking the spare started its replacement
+        # A pool's worker survives the environments that used it (they do not own it);
+        # releasing the code stops its workers.
+        pool.release("notes", other)
+        assert {w.pid for w in pool.workers()} == first_pids
+    finally:
+        pool.close()
+        first_store.close()
+        second_store.close()
+    assert all(w.pid is None for w in pool.workers())
+
+
+def test_a_shared_pool_serves_two_stores_on_one_cache_with_one_worker(tmp_path: Path) -> None:
+    """Two stores whose snapshots share a cache (the synthesis smoke store and the user's
+    store) are served by the same worker of the same code through a shared pool."""
+    cache = tmp_path / "cache"
+    stores = [Worlds.open(tmp_path / name, cache) for name in ("one", "two")]
+    for store, persona in zip(stores, ("p", "q"), strict=True):
+        lines = _log(persona, CODE, f"first of {persona}")
+        store.import_stream(io.BytesIO(b"".join(json.dumps(line).encode() + b"\n"
+                                                for line in lines)), source="w.jsonl")
+    pool = WorkerPool(WorkerLimits(timeout_s=3))
+    try:
+        seen = []
+        for store, persona in zip(stores, ("p", "q"), strict=True):
+            with Environment(store, apps={}, workers=pool) as env, \
+                    env.open(f"{persona}@0") as instance:
+                seen.append(instance.call_tool("notes_get_note", {"note_id": 1}).structured)
+        assert seen == [{"id": 1, "title": "first of p"}, {"id": 1, "title": "first of q"}]
+        assert len(pool.workers()) == 1
+    finally:
+        pool.close()
+        for store in stores:
+            store.close()

@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Run N rollouts of an agent on TASK_DIR; each episode is stored and graded."),
     "validate-day": ("worldctl.synth", "validate_day_cmd",
                      "Five-layer validation of a stored day REF."),
+    "synth": ("worldctl.synth", "synth_group",
+              "Synthesize tool-use environments with an LLM (the AWM pipeline)."),
     "pack": ("worldctl.packs", "pack",
              "Domain packs: list, show, export and import them."),
     "rl": ("worldctl.rl", "rl",

@@ -1,9 +1,11 @@
-"""The synthesis commands: ``validate-day`` (the library is ``synth.validate_day``)."""
+"""The synthesis commands: ``validate-day`` (the library is ``synth.validate_day``) and the
+``synth`` group (environment synthesis; the library is ``synth.runs``)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,4 +42,236 @@ def validate_day_cmd(ctx: click.Context, ref: str, produces: Path | None, plan: 
     else:
         click.echo(render_day_report(report), nl=False)
     if not report.ok:
+        sys.exit(1)
+
+
+# --- synth: environment synthesis (the library is synth.runs) -------------------------
+
+
+def _model_options(fn: Any) -> Any:
+    options = [
+        click.option("--run", "run_dir", required=True,
+                     type=click.Path(file_okay=False, path_type=Path),
+                     help="The run folder: recordings, outputs, worlds, pack (resumes "
+                          "when it exists)."),
+        click.option("--model", default=None, envvar="WORLDCTL_LLM_MODEL",
+                     help="litellm model name (env WORLDCTL_LLM_MODEL; openai/<name> with "
+                          "--api-base for a vLLM server)."),
+        click.option("--judge-model", default=None,
+                     help="Model of the judges of gates 1 and 5 (not run without one)."),
+        click.option("--api-base", default=None, envvar="WORLDCTL_LLM_API_BASE",
+                     help="An OpenAI-compatible server (env WORLDCTL_LLM_API_BASE)."),
+        click.option("--concurrency", default=4, show_default=True,
+                     type=click.IntRange(min=1), help="Scenarios synthesized at once."),
+        click.option("--budget-tokens", default=None, type=click.IntRange(min=1),
+                     help="Stop once this many tokens are spent (resumable)."),
+        click.option("--budget-cost", default=None, type=click.FloatRange(min=0),
+                     help="Stop once this many US dollars are spent (resumable)."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _settings(model: str | None, judge_model: str | None, api_base: str | None,
+              concurrency: int, budget_tokens: int | None, budget_cost: float | None
+              ) -> Any:
+    import os
+
+    from synth.runs import Settings
+
+    return Settings(model=model or None, judge_model=judge_model, api_base=api_base or None,
+                    api_key=os.environ.get("WORLDCTL_LLM_API_KEY") or None,
+                    concurrency=concurrency, budget_tokens=budget_tokens,
+                    budget_cost=budget_cost, progress=sys.stderr)
+
+
+@click.group("synth")
+def synth_group() -> None:
+    """Synthesize tool-use environments with an LLM (the AWM pipeline)."""
+
+
+@synth_group.command("scenarios")
+@click.option("--seeds", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Seed scenarios, AWM's format (JSON Lines: name, description); "
+                   "synth/seeds/seed_scenario.jsonl ships 100.")
+@click.option("-n", "n", required=True, type=click.IntRange(min=1),
+              help="Scenarios to keep.")
+@click.option("--category-cap", default=None, type=click.IntRange(min=1),
+              help="At most this many scenarios per category (default: n/5, at least 2).")
+@_model_options
+def synth_scenarios_cmd(seeds: Path, n: int, category_cap: int | None, run_dir: Path,
+                        model: str | None, judge_model: str | None, api_base: str | None,
+                        concurrency: int, budget_tokens: int | None,
+                        budget_cost: float | None, as_json: bool) -> None:
+    """Expand seed names into N scenarios (classifier, embedding de-duplication, category
+    caps) written to RUN/scenarios.jsonl."""
+    from synth.runs import NOT_RUN_NO_MODEL, synth_scenarios
+
+    settings = _settings(model, judge_model, api_base, concurrency, budget_tokens,
+                         budget_cost)
+    report = synth_scenarios(run_dir, settings, seeds, n, category_cap)
+    if as_json:
+        render.emit_json(report)
+    elif report["status"] == NOT_RUN_NO_MODEL:
+        click.echo(f"scenarios: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
+    else:
+        click.echo(_scenarios_text(report, run_dir))
+    if report["status"] != "done" or len(report["kept"]) < n:
+        sys.exit(1)
+
+
+def _scenarios_text(report: dict[str, Any], run_dir: Path) -> str:
+    by_filter: dict[str, int] = {}
+    for rejected in report["rejected"]:
+        by_filter[rejected["filter"]] = by_filter.get(rejected["filter"], 0) + 1
+    rows = [[s["name"], s["category"], render.clip(s["description"], 60)]
+            for s in report["kept"]]
+    out = render.table(["scenario", "category", "description"], rows,
+                       title=f"{len(report['kept'])} scenarios kept in {report['rounds']} "
+                             f"rounds -> {run_dir / 'scenarios.jsonl'}")
+    if by_filter:
+        out += "\nrejected: " + ", ".join(f"{k} {v}" for k, v in sorted(by_filter.items()))
+    return out
+
+
+@synth_group.command("envs")
+@click.option("--scenarios", "scenarios", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Scenarios (JSON Lines: name, description, category); default "
+                   "RUN/scenarios.jsonl.")
+@click.option("--only", default=None,
+              type=click.Choice(["tasks", "schema", "data", "spec", "code", "verifier"]),
+              help="Run this stage alone (the stages before it must be done).")
+@click.option("--tasks-per-scenario", default=10, show_default=True,
+              type=click.IntRange(min=1, max=50), help="Tasks per scenario (AWM: 10).")
+@_model_options
+@click.pass_context
+def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
+                   tasks_per_scenario: int, run_dir: Path, model: str | None,
+                   judge_model: str | None, api_base: str | None, concurrency: int,
+                   budget_tokens: int | None, budget_cost: float | None,
+                   as_json: bool) -> None:
+    """Synthesize an environment per scenario: tasks, schema, data, API spec, app code,
+    verifiers and reference solutions, each executed and self-corrected; the worlds go
+    into the store and RUN/pack. Exit 1 unless every scenario was built."""
+    from replay.engine import Worlds
+    from synth.runs import synth_envs
+    from worldctl.session import session
+
+    where = session(ctx)
+    settings = _settings(model, judge_model, api_base, concurrency, budget_tokens,
+                         budget_cost)
+    worlds(ctx, create=True)  # the store exists (or is refused) before any model call
+
+    def open_worlds() -> Worlds:
+        return Worlds.open(where.store, where.cache)
+
+    report = synth_envs(run_dir, settings, scenarios or run_dir / "scenarios.jsonl",
+                        open_worlds, only=only, tasks_per_scenario=tasks_per_scenario)
+    if as_json:
+        render.emit_json({"results": report.results, "stopped": report.stopped,
+                          "summary": report.summary})
+    else:
+        click.echo(_envs_text(report))
+    if report.stopped or any(r.stopped_at is not None or r.reason for r in report.results):
+        sys.exit(1)
+
+
+def _envs_text(report: Any) -> str:
+    lines = []
+    for result in report.results:
+        if result.built:
+            verified = sum(t.verified for t in result.tasks)
+            accepted = sum(t.accepted for t in result.tasks)
+            lines.append(f"{result.scenario}: world {result.persona}@0 {result.world_hash}, "
+                         f"{result.tools} tools, {verified}/{len(result.tasks)} tasks "
+                         f"verified, {accepted} accepted by the gates")
+        else:
+            lines.append(f"{result.scenario}: " + (f"stopped at {result.stopped_at}: "
+                                                    if result.stopped_at else "")
+                         + result.reason)
+        for stage in result.stages:
+            if stage.status == "not_run":
+                lines.append(f"  {stage.stage}: {stage.reason}")
+    if report.stopped:
+        lines.append(f"stopped: {report.stopped}")
+    lines.append("")
+    lines.append(summary_table(report.summary))
+    return "\n".join(lines)
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """AWM's Table 1 for a run."""
+    rows = []
+    for row in summary["stages"]:
+        rows.append([row["stage"], str(row["ran"]), _pct(row["success_rate"]),
+                     "-" if row["mean_corrections"] is None else f"{row['mean_corrections']:.2f}",
+                     f"{row['tokens']:,}", _usd(row["cost"])])
+    out = render.table(["stage", "ran", "success", "mean corrections", "tokens", "cost"], rows)
+    per_100 = summary["cost_per_100_envs"]
+    out += (f"\n{summary['envs_built']} of {summary['scenarios']} environments built, "
+            f"{summary['tools']} tools, {summary['tasks_verified']} tasks verified, "
+            f"{summary['tasks_accepted']} accepted; cost per 100 environments: "
+            f"{_usd(per_100) if per_100 is not None else 'unpriced model'}"
+            + (f" ({summary['tokens_per_100_envs']:,.0f} tokens)"
+               if summary["tokens_per_100_envs"] is not None else ""))
+    return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _usd(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+@synth_group.command("status")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def synth_status_cmd(run_dir: Path, as_json: bool) -> None:
+    """Per stage of the run RUN_DIR: done, failed, attempts, tokens, cost (from the stored
+    outcomes, so a killed run too)."""
+    from synth.runs import status
+
+    found = status(run_dir)
+    if as_json:
+        render.emit_json(found)
+        return
+    rows = [[s["stage"], str(s["accepted"] + s["kept_best"]),
+             f"{s['accepted']} accepted, {s['kept_best']} kept best", str(s["failed"]),
+             str(s["attempts"]), f"{s['tokens']:,}", _usd(s["cost"])]
+            for s in found["stages"]]
+    click.echo(render.table(["stage", "done", "of which", "failed", "attempts", "tokens",
+                             "cost"], rows,
+                            title=f"run {run_dir}: model {found['model']}, "
+                                  f"{found['commands']} commands, {found['recordings']} "
+                                  "recorded calls"))
+
+
+@synth_group.command("replay")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Replay into this (new) folder and keep it (default: a temporary one).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def synth_replay_cmd(run_dir: Path, out: Path | None, as_json: bool) -> None:
+    """Re-run the run RUN_DIR offline from its recordings into a fresh folder and store,
+    and compare every output byte for byte and every world hash. Exit 1 if any differs."""
+    from synth.runs import replay_run
+
+    report = replay_run(run_dir, out)
+    if as_json:
+        render.emit_json(report.as_dict())
+    elif report.identical:
+        hashes = ", ".join(f"{p}@0 {h}" for p, h in report.world_hashes.items()) or "none"
+        click.echo(f"replayed offline: {report.compared} files compared, all identical; "
+                   f"world hashes: {hashes}")
+    else:
+        click.echo(f"replayed offline: {len(report.differences)} of {report.compared} "
+                   "files differ:")
+        for line in report.differences[:50]:
+            click.echo(f"  {line}")
+    if not report.identical:
         sys.exit(1)

@@ -58,9 +58,14 @@ drawn here exists where the entry says.
     │   └── RolloutLost         rl          a rollout lost to the infrastructure (instance,
     │                                       verifier, model server); retried on a fresh
     │                                       instance, then reported lost
-    └── EvalError               eval        an evaluation run, report or comparison that is
-                                            refused (no tasks, a run folder of another
-                                            configuration, a file that is not results)
+    ├── EvalError               eval        an evaluation run, report or comparison that is
+    │                                       refused (no tasks, a run folder of another
+    │                                       configuration, a file that is not results)
+    └── SynthError              synth       a synthesis run or input that is refused (a seeds
+        │                                   or scenarios file not in the format, an unknown
+        │                                   stage, a replay that differs); names what
+        └── BudgetSpent         synth       the run's token or cost budget is spent; the run
+                                            stops and resumes where it stopped
 
 Outside WorldError on purpose (the root names the foreign base class):
 

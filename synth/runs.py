@@ -1,0 +1,487 @@
+"""A synthesis run: its folder, its commands, its summary, its status and its replay.
+
+A run lives in one folder::
+
+    run.json                 the configuration (model, judge model, attempts, prompt
+                             versions, the run's name) and every command run, in order
+    inputs/                  the seeds and scenarios files given, named by content
+    recordings/<key>.json    every LLM call (``llm.client``: cache mode), the run's source
+    outputs/<stage>/<key>.json  every stage outcome, content-addressed (``synth.stage``)
+    scenarios.jsonl          the scenarios kept by ``synth scenarios`` (+ .report.json)
+    log/<scenario>.jsonl     the synthesis log: every attempt, output, error, summary
+    worlds/<persona>.jsonl   each world's day 0 as interchange lines (+ .json: its report)
+    envs/<scenario>.json     what became of each scenario, stage by stage, task by task
+    pack/<name>/             a pack (``packs``; named as the run): world logs, the task
+                             folders the gates accepted, splits (``worldctl pack import``)
+    summary.json             AWM's Table 1: success per stage, corrections, cost per 100
+
+The model's endpoint, the concurrency and the budgets are not part of the configuration:
+they change how a run is made, not what it makes. A folder made with another model or
+other prompt versions is refused rather than mixed.
+
+**Replay.** ``replay_run`` re-runs every recorded command in a fresh folder and a fresh
+store, offline (the client in replay mode on the run's recordings, one scenario at a
+time), and compares every output file byte for byte and every world hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import msgspec
+
+from llm.client import LLMClient, Mode
+from llm.errors import RecordingMissing
+from packs.registry import FORMAT as PACK_FORMAT
+from replay.engine import Worlds
+from synth.database import ScenarioSpec
+from synth.errors import BudgetSpent, SynthError
+from synth.pipeline import ENV_STAGES, EnvOptions, EnvResult, StageResult, synthesize_env
+from synth.prompts import versions
+from synth.scenarios import expand, read_scenarios, read_seeds
+from synth.stage import (
+    MAX_ATTEMPTS,
+    Budget,
+    Context,
+    Progress,
+    StageOutcome,
+    encode,
+    write_atomically,
+)
+
+RUN_FILE = "run.json"
+RUN_FORMAT = 1
+NOT_RUN_NO_MODEL = "not run: no model configured"
+COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "outputs", "log",
+            "worlds", "envs", "pack", "summary.json")
+# Splits of a run's pack, by the task id's SHA-256 (a task keeps its split across runs).
+SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
+
+
+class Command(msgspec.Struct, frozen=True):
+    kind: str  # "scenarios" or "envs"
+    args: dict[str, Any]
+
+
+class RunConfig(msgspec.Struct, frozen=True):
+    format: int
+    name: str
+    model: str | None
+    judge_model: str | None
+    max_attempts: int
+    prompts: dict[str, int]
+    commands: list[Command] = []
+
+
+@dataclass
+class Settings:
+    """How a run is made (not part of what it makes)."""
+
+    model: str | None = None
+    judge_model: str | None = None
+    api_base: str | None = None
+    api_key: str | None = None
+    concurrency: int = 4
+    budget_tokens: int | None = None
+    budget_cost: float | None = None
+    progress: TextIO | None = None
+    max_attempts: int = MAX_ATTEMPTS
+    mode: Mode = "cache"
+    recordings: Path | None = None  # default: the run's own
+
+
+@dataclass
+class EnvsReport:
+    results: list[EnvResult] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped early (a budget), None if it did not
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the run folder -------------------------------------------------------------------
+
+
+def run_name(folder: Path) -> str:
+    name = re.sub(r"[^a-z0-9-]+", "-", folder.resolve().name.lower()).strip("-")
+    return name or "synth"
+
+
+def open_run(folder: Path, settings: Settings) -> tuple[RunConfig, Context]:
+    """The run's configuration (made, or checked against the settings) and the context its
+    stages run in."""
+    config = _config(folder, settings)
+    client = LLMClient(config.model, api_base=settings.api_base, api_key=settings.api_key,
+                       recordings=settings.recordings or folder / "recordings",
+                       mode=settings.mode)
+    ctx = Context(client, folder / "outputs",
+                  Budget(settings.budget_tokens, settings.budget_cost),
+                  Progress(settings.progress), max_attempts=config.max_attempts)
+    return config, ctx
+
+
+def read_config(folder: Path) -> RunConfig:
+    path = folder / RUN_FILE
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RunConfig)
+    except FileNotFoundError:
+        raise SynthError(f"{folder}: not a synthesis run (no {RUN_FILE})") from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SynthError(f"{path}: not a run configuration: {exc}") from None
+
+
+def _config(folder: Path, settings: Settings) -> RunConfig:
+    wanted = RunConfig(RUN_FORMAT, run_name(folder), settings.model, settings.judge_model,
+                       settings.max_attempts, versions())
+    if not (folder / RUN_FILE).exists():
+        if folder.exists() and not folder.is_dir():
+            raise SynthError(f"--run {folder}: not a folder")
+        if wanted.model is not None:  # a run without a model makes nothing to keep
+            write_atomically(folder / RUN_FILE, encode(wanted))
+        return wanted
+    have = read_config(folder)
+    for what, mine, theirs in (("model", wanted.model, have.model),
+                               ("judge model", wanted.judge_model, have.judge_model),
+                               ("attempts per stage", wanted.max_attempts, have.max_attempts),
+                               ("prompt versions", wanted.prompts, have.prompts)):
+        if mine != theirs:
+            raise SynthError(f"{folder}: the run was made with {what} {theirs!r}, not "
+                             f"{mine!r}; use another --run folder (outputs are never mixed)")
+    return have
+
+
+def _record(folder: Path, command: Command) -> None:
+    config = read_config(folder)
+    if config.commands and config.commands[-1] == command:
+        return  # the same command again (a resume) is recorded once
+    write_atomically(folder / RUN_FILE, encode(msgspec.structs.replace(
+        config, commands=[*config.commands, command])))
+
+
+def _keep_input(folder: Path, source: Path, kind: str) -> str:
+    """A copy of an input file in the run, named by its content; its path in the run."""
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise SynthError(f"{source}: cannot read the {kind} file: {exc}") from None
+    name = f"inputs/{kind}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+    if not (folder / name).exists():
+        write_atomically(folder / name, data)
+    return name
+
+
+# --- the commands ---------------------------------------------------------------------
+
+
+def synth_scenarios(folder: Path, settings: Settings, seeds: Path, n: int,
+                    cap: int | None = None) -> dict[str, Any]:
+    """``synth scenarios``: scenarios from seeds into the run's scenarios.jsonl."""
+    read_seeds(seeds)  # refuse a bad file before anything is made
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    command = Command("scenarios", {"seeds": _keep_input(folder, seeds, "seeds"), "n": n,
+                                    "cap": cap})
+    _record(folder, command)
+    return _run_scenarios(folder, ctx, command)
+
+
+def _run_scenarios(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
+    seeds = read_seeds(folder / command.args["seeds"])
+    report = expand(ctx, seeds, int(command.args["n"]), cap=command.args.get("cap"))
+    lines = b"".join(msgspec.json.encode(s) + b"\n" for s in report.kept)
+    write_atomically(folder / "scenarios.jsonl", lines)
+    write_atomically(folder / "scenarios.report.json", encode(report.as_dict()))
+    return {"status": "done", **report.as_dict()}
+
+
+def synth_envs(folder: Path, settings: Settings, scenarios: Path,
+               open_worlds: Callable[[], Worlds], *, only: str | None = None,
+               tasks_per_scenario: int = 10) -> EnvsReport:
+    """``synth envs``: every scenario of the file through the stages."""
+    if only is not None and only not in ENV_STAGES:
+        raise SynthError(f"--only {only}: no such stage (the stages: {', '.join(ENV_STAGES)})")
+    specs = read_scenarios(scenarios)
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return EnvsReport([_not_run(s) for s in specs], summary=summarize(folder))
+    command = Command("envs", {"scenarios": _keep_input(folder, scenarios, "scenarios"),
+                               "only": only, "tasks_per_scenario": tasks_per_scenario})
+    _record(folder, command)
+    return _run_envs(folder, ctx, command, settings, open_worlds)
+
+
+def _run_envs(folder: Path, ctx: Context, command: Command, settings: Settings,
+              open_worlds: Callable[[], Worlds]) -> EnvsReport:
+    specs = read_scenarios(folder / command.args["scenarios"])
+    config = read_config(folder)
+    judge = None
+    if config.judge_model:
+        judge = LLMClient(config.judge_model, api_base=settings.api_base,
+                          api_key=settings.api_key,
+                          recordings=settings.recordings or folder / "recordings",
+                          mode=settings.mode)
+    options = EnvOptions(tasks_per_scenario=int(command.args["tasks_per_scenario"]),
+                         only=command.args.get("only"), judge=judge,
+                         tasks_dir=pack_dir(folder, config) / "tasks")
+    report = EnvsReport()
+
+    def one(spec: ScenarioSpec) -> EnvResult:
+        try:
+            return synthesize_env(ctx, spec, open_worlds, folder, options)
+        except BudgetSpent as exc:
+            report.stopped = str(exc)
+            return _stopped(spec, f"stopped: {exc}")
+        except RecordingMissing as exc:
+            return _stopped(spec, f"stopped: no recording for a call ({exc})")
+
+    with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+        report.results = list(pool.map(one, specs))
+    for result in report.results:
+        if result.persona:
+            write_atomically(folder / "envs" / f"{result.scenario}.json", encode(result))
+    write_pack(folder, config)
+    report.summary = summarize(folder)
+    write_atomically(folder / "summary.json", encode(report.summary))
+    return report
+
+
+def _not_run(spec: ScenarioSpec) -> EnvResult:
+    return EnvResult(spec.name, "", ENV_STAGES[0], NOT_RUN_NO_MODEL,
+                     [StageResult(s, spec.name, "not_run", reason=NOT_RUN_NO_MODEL)
+                      for s in ENV_STAGES])
+
+
+def _stopped(spec: ScenarioSpec, reason: str) -> EnvResult:
+    return EnvResult(spec.name, "", None, reason, [])
+
+
+# --- the pack -------------------------------------------------------------------------
+
+
+def split_of(task_id: str) -> str:
+    tenth = int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16) % 10
+    return SPLIT_OF_TENTH.get(tenth, "rl")
+
+
+def pack_dir(folder: Path, config: RunConfig) -> Path:
+    """Where the run's pack is (a pack's folder is named as the pack)."""
+    return folder / "pack" / config.name
+
+
+def write_pack(folder: Path, config: RunConfig) -> Path:
+    """The run's pack: the worlds built, the task folders the gates accepted, splits."""
+    pack = pack_dir(folder, config)
+    tasks_dir = pack / "tasks"
+    tasks = sorted(p.name for p in tasks_dir.iterdir() if p.is_dir()) if tasks_dir.is_dir() \
+        else []
+    world_dir = pack / "world"
+    if world_dir.exists():
+        shutil.rmtree(world_dir)
+    world_dir.mkdir(parents=True)
+    worlds = sorted((folder / "worlds").glob("*.jsonl")) if (folder / "worlds").is_dir() else []
+    for world in worlds:
+        shutil.copyfile(world, world_dir / world.name)
+    tasks_dir.mkdir(parents=True, exist_ok=True)
+    splits: dict[str, list[str]] = {"sft": [], "rl": [], "eval": []}
+    for task in tasks:
+        splits[split_of(task)].append(task)
+    spec = {"name": config.name, "title": f"Synthesized environments ({config.name})",
+            "description": (f"{len(worlds)} tool-use environments and {len(tasks)} tasks "
+                            f"synthesized by agent-worlds with model {config.model}; every "
+                            "task passed its verifier checks and the quality gates that ran."),
+            "worlds": [f"world/{w.name}" for w in worlds], "tasks": "tasks",
+            "splits": "splits.json", "format": PACK_FORMAT}
+    write_atomically(pack / "pack.json", encode(spec))
+    write_atomically(pack / "splits.json", encode(splits))
+    return pack
+
+
+# --- summary and status ---------------------------------------------------------------
+
+
+def _results(folder: Path) -> list[EnvResult]:
+    found = sorted((folder / "envs").glob("*.json")) if (folder / "envs").is_dir() else []
+    return [msgspec.json.decode(p.read_bytes(), type=EnvResult) for p in found]
+
+
+def summarize(folder: Path) -> dict[str, Any]:
+    """AWM's Table 1 for the run: per stage the subjects that reached it, the success rate
+    (accepted within the attempts), the mean correction iterations, tokens and cost; and
+    the cost per 100 environments."""
+    results = _results(folder)
+    rows: list[dict[str, Any]] = []
+    for stage in ENV_STAGES:
+        ran = [s for r in results for s in r.stages if s.stage == stage and s.status != "not_run"]
+        costs = [s.cost for s in ran if s.cost is not None]
+        rows.append({
+            "stage": stage, "ran": len(ran),
+            "accepted": sum(s.status == "accepted" for s in ran),
+            "kept_best": sum(s.status == "kept_best" for s in ran),
+            "failed": sum(s.status == "failed" for s in ran),
+            "success_rate": _ratio(sum(s.status == "accepted" for s in ran), len(ran)),
+            "mean_corrections": _ratio(sum(s.attempts - 1 for s in ran), len(ran)),
+            "tokens": sum(s.tokens for s in ran),
+            "cost": sum(costs) if costs else None})
+    built = [r for r in results if r.built]
+    tokens = sum(int(row["tokens"]) for row in rows)
+    costs = [float(row["cost"]) for row in rows if row["cost"] is not None]
+    tasks = [t for r in results for t in r.tasks]
+    return {"stages": rows, "scenarios": len(results), "envs_built": len(built),
+            "tools": sum(r.tools for r in built),
+            "tasks_verified": sum(t.verified for t in tasks),
+            "tasks_accepted": sum(t.accepted for t in tasks),
+            "tokens": tokens, "cost": sum(costs) if costs else None,
+            "tokens_per_100_envs": _per_100(tokens, len(built)),
+            "cost_per_100_envs": _per_100(sum(costs), len(built)) if costs else None}
+
+
+def _ratio(a: float, b: int) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def _per_100(total: float, envs: int) -> float | None:
+    return round(total * 100 / envs, 4) if envs else None
+
+
+def status(folder: Path) -> dict[str, Any]:
+    """Per stage, from the stored outcomes (so also for a run that was killed): subjects
+    done (accepted or kept best), failed, attempts, tokens, cost."""
+    config = read_config(folder)
+    stages = []
+    outputs = folder / "outputs"
+    for stage_dir in sorted(outputs.iterdir()) if outputs.is_dir() else []:
+        outcomes = [msgspec.json.decode(p.read_bytes(), type=StageOutcome)
+                    for p in sorted(stage_dir.glob("*.json"))]
+        costs = [o.cost for o in outcomes if o.cost is not None]
+        stages.append({
+            "stage": stage_dir.name,
+            "accepted": sum(o.status == "accepted" for o in outcomes),
+            "kept_best": sum(o.status == "kept_best" for o in outcomes),
+            "failed": sum(o.status == "failed" for o in outcomes),
+            "attempts": sum(len(o.attempts) for o in outcomes),
+            "tokens": sum(o.tokens for o in outcomes),
+            "cost": sum(costs) if costs else None})
+    order = ["scenarios", "classify", *ENV_STAGES]
+    stages.sort(key=lambda s: order.index(s["stage"]) if s["stage"] in order else len(order))
+    return {"run": str(folder), "model": config.model, "judge_model": config.judge_model,
+            "commands": len(config.commands), "stages": stages,
+            "recordings": len(list((folder / "recordings").glob("*.json")))
+            if (folder / "recordings").is_dir() else 0}
+
+
+# --- replay ---------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayReport:
+    folder: Path
+    compared: int
+    differences: list[str]
+    world_hashes: dict[str, str]
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"replayed_into": str(self.folder), "files_compared": self.compared,
+                "identical": self.identical, "differences": self.differences,
+                "world_hashes": self.world_hashes}
+
+
+def replay_run(folder: Path, out: Path | None = None) -> ReplayReport:
+    """Re-run the run's commands offline into `out` (a fresh folder; default a temporary
+    one, removed after) and compare (see the module docstring)."""
+    config = read_config(folder)
+    if not config.commands:
+        raise SynthError(f"{folder}: the run has no command to replay")
+    keep = out is not None
+    target = out if out is not None else Path(tempfile.mkdtemp(prefix="synth-replay-"))
+    if keep and target.exists() and any(target.iterdir()):
+        raise SynthError(f"--out {target}: not empty; a replay goes into a fresh folder")
+    try:
+        return _replay_into(folder, target, config)
+    finally:
+        if not keep:
+            shutil.rmtree(target, ignore_errors=True)
+
+
+def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
+    target.mkdir(parents=True, exist_ok=True)
+    fresh = msgspec.structs.replace(config, commands=[])
+    write_atomically(target / RUN_FILE, encode(fresh))
+    settings = Settings(model=config.model, judge_model=config.judge_model, concurrency=1,
+                        max_attempts=config.max_attempts, mode="replay",
+                        recordings=folder / "recordings")
+    store = target / "store"
+
+    def open_worlds() -> Worlds:
+        return Worlds.open(store / "worlds.sqlite", store / "cache")
+
+    for command in config.commands:
+        for name in {v for k, v in command.args.items() if k in ("seeds", "scenarios")}:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(folder / name, target / name)
+        _record(target, command)
+        _, ctx = open_run(target, settings)
+        if command.kind == "scenarios":
+            _run_scenarios(target, ctx, command)
+        else:
+            _run_envs(target, ctx, command, settings, open_worlds)
+    differences, compared = compare_runs(folder, target)
+    return ReplayReport(target, compared, differences, _world_hashes(target))
+
+
+def _world_hashes(folder: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted((folder / "worlds").glob("*.json")) if (folder / "worlds").is_dir() \
+            else []:
+        found[path.stem] = msgspec.json.decode(path.read_bytes())["world_hash"]
+    return found
+
+
+def compare_runs(a: Path, b: Path) -> tuple[list[str], int]:
+    """Files of COMPARED that differ, are missing or are extra in `b`, and the count
+    compared."""
+    differences: list[str] = []
+    compared = 0
+    for top in COMPARED:
+        left, right = _files(a, top), _files(b, top)
+        for rel in sorted(set(left) | set(right)):
+            compared += 1
+            if rel not in right:
+                differences.append(f"{rel}: in the run, not in the replay")
+            elif rel not in left:
+                differences.append(f"{rel}: in the replay, not in the run")
+            elif left[rel].read_bytes() != right[rel].read_bytes():
+                differences.append(f"{rel}: differs")
+    return differences, compared
+
+
+def _files(root: Path, top: str) -> dict[str, Path]:
+    path = root / top
+    if path.is_file():
+        return {top: path}
+    if not path.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p for p in sorted(path.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def not_run_stages() -> list[dict[str, str]]:
+    """Every stage's line when no model is configured."""
+    return [{"stage": s, "status": NOT_RUN_NO_MODEL} for s in ("scenarios", *ENV_STAGES)]
+
+
+__all__ = ["COMPARED", "NOT_RUN_NO_MODEL", "Command", "EnvsReport", "ReplayReport",
+           "RunConfig", "Settings", "compare_runs", "not_run_stages", "open_run",
+           "pack_dir", "read_config", "replay_run", "run_name", "split_of", "status", "summarize",
+           "synth_envs", "synth_scenarios", "write_pack"]
+
