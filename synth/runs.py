@@ -237,7 +237,7 @@ def _run_envs(folder: Path, ctx: Context, command: Command, settings: Settings,
             return synthesize_env(ctx, spec, open_worlds, folder, options)
         except BudgetSpent as exc:
             report.stopped = str(exc)
-            return _stopped(spec, f"stopped: {exc}")
+            return _stopped(spec, "stopped: the budget is spent")
         except RecordingMissing as exc:
             return _stopped(spec, f"stopped: no recording for a call ({exc})")
 
@@ -385,6 +385,7 @@ class ReplayReport:
     compared: int
     differences: list[str]
     world_hashes: dict[str, str]
+    stopped: list[str] = field(default_factory=list)  # scenarios the replay could not finish
 
     @property
     def identical(self) -> bool:
@@ -393,7 +394,7 @@ class ReplayReport:
     def as_dict(self) -> dict[str, Any]:
         return {"replayed_into": str(self.folder), "files_compared": self.compared,
                 "identical": self.identical, "differences": self.differences,
-                "world_hashes": self.world_hashes}
+                "world_hashes": self.world_hashes, "stopped": self.stopped}
 
 
 def replay_run(folder: Path, out: Path | None = None) -> ReplayReport:
@@ -425,6 +426,7 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
     def open_worlds() -> Worlds:
         return Worlds.open(store / "worlds.sqlite", store / "cache")
 
+    stopped: list[str] = []
     for command in config.commands:
         for name in {v for k, v in command.args.items() if k in ("seeds", "scenarios")}:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
@@ -434,9 +436,11 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
         if command.kind == "scenarios":
             _run_scenarios(target, ctx, command)
         else:
-            _run_envs(target, ctx, command, settings, open_worlds)
+            envs = _run_envs(target, ctx, command, settings, open_worlds)
+            stopped += [f"{r.scenario}: {r.reason}" for r in envs.results
+                        if r.reason.startswith("stopped")]
     differences, compared = compare_runs(folder, target)
-    return ReplayReport(target, compared, differences, _world_hashes(target))
+    return ReplayReport(target, compared, differences, _world_hashes(target), stopped)
 
 
 def _world_hashes(folder: Path) -> dict[str, str]:

@@ -228,6 +228,8 @@ def test_a_tampered_recording_is_found(recorded: Recorded, tmp_path: Path) -> No
     assert "Traceback" not in result.output
     assert result.exit_code == 1, result.output
     assert "differ" in result.stdout
+    # the changed spec asks the code stage something never recorded: the replay says so
+    assert "the replay stopped at library_loans: stopped: no recording" in result.stdout
     assert any(line.strip().startswith(("outputs/", "log/", "worlds/", "envs/", "pack/"))
                and (": differs" in line or "not in the" in line)
                for line in result.stdout.splitlines()), result.stdout

@@ -273,5 +273,7 @@ def synth_replay_cmd(run_dir: Path, out: Path | None, as_json: bool) -> None:
                    "files differ:")
         for line in report.differences[:50]:
             click.echo(f"  {line}")
+        for line in report.stopped:
+            click.echo(f"  the replay stopped at {line}")
     if not report.identical:
         sys.exit(1)
