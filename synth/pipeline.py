@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -303,11 +304,13 @@ def _tasks(chain: _Chain, worlds: Worlds, workers: WorkerPool, task_list: list[s
 def _gate(chain: _Chain, env: Environment, judges: Judges, ref: TaskRef,
           tools: list[dict[str, Any]], ddl: list[str], out: VerifierOut) -> TaskResult:
     """The five gates on a verified task, with the verifier stage as their reviser; an
-    accepted task goes into the run's pack."""
-    reviser = _VerifierReviser(chain, env, ref, tools, ddl, out)
-    report: GateReport = check_task(GateRun(env, lambda t: scripted_rollouts(env, t),
-                                            judges=judges, reviser=reviser),
-                                    reviser.task(out, 0))
+    accepted task goes into the run's pack. Each version the gates see is staged in a
+    folder of this task's own (scenarios run at once)."""
+    with tempfile.TemporaryDirectory(prefix="synth-gates-") as staging:
+        reviser = _VerifierReviser(chain, env, ref, tools, ddl, out, Path(staging))
+        report: GateReport = check_task(GateRun(env, lambda t: scripted_rollouts(env, t),
+                                                judges=judges, reviser=reviser),
+                                        reviser.task(out, 0))
     gates = [{"gate": r.gate, "status": r.status, "reason": r.reason}
              for r in report.rounds[-1]]
     final = (chain.options.tasks_dir or chain.run_dir / "tasks") / ref.task_id
@@ -315,7 +318,6 @@ def _gate(chain: _Chain, env: Environment, judges: Judges, ref: TaskRef,
         write_task_folder(final, ref, reviser.latest)
     elif final.exists():
         shutil.rmtree(final)
-    shutil.rmtree(chain.run_dir / "staging", ignore_errors=True)
     return TaskResult(ref.task_id, verified=True, gates=gates, accepted=report.accepted,
                       notes=list(report.notes), revisions=len(report.rounds) - 1)
 
@@ -326,7 +328,9 @@ class _VerifierReviser:
     checks before the gates see it again (at most ``MAX_REVISIONS`` rounds)."""
 
     def __init__(self, chain: _Chain, env: Environment, ref: TaskRef,
-                 tools: list[dict[str, Any]], ddl: list[str], first: VerifierOut) -> None:
+                 tools: list[dict[str, Any]], ddl: list[str], first: VerifierOut,
+                 staging: Path) -> None:
+        self.staging = staging
         self.chain = chain
         self.env = env
         self.ref = ref
@@ -336,7 +340,7 @@ class _VerifierReviser:
         self.feedback: list[str] = []
 
     def task(self, out: VerifierOut, round_no: int) -> Task:
-        folder = self.chain.run_dir / "staging" / f"{self.ref.task_id}-r{round_no}"
+        folder = self.staging / f"{self.ref.task_id}-r{round_no}"
         write_task_folder(folder, self.ref, out)
         return load_task(folder)
 

@@ -2,8 +2,10 @@
 
 A run lives in one folder::
 
-    run.json                 the configuration (model, judge model, attempts, prompt
-                             versions, the run's name) and every command run, in order
+    run.json                 the configuration (model, attempts, prompt versions, the
+                             run's name) and every command run, in order, with its
+                             options (the judge model of ``envs``, the embedding model
+                             of ``scenarios``)
     inputs/                  the seeds and scenarios files given, named by content
     recordings/<key>.json    every LLM call (``llm.client``: cache mode), the run's source
     outputs/<stage>/<key>.json  every stage outcome, content-addressed (``synth.stage``)
@@ -16,8 +18,10 @@ A run lives in one folder::
     summary.json             AWM's Table 1: success per stage, corrections, cost per 100
 
 The model's endpoint, the concurrency and the budgets are not part of the configuration:
-they change how a run is made, not what it makes. A folder made with another model or
-other prompt versions is refused rather than mixed.
+they change how a run is made, not what it makes. A folder made with another model,
+another number of attempts or other prompt versions is refused rather than mixed (stage
+outcomes are keyed by them); the judge and embedding models decide no stage outcome and
+are options of the commands that use them.
 
 **Replay.** ``replay_run`` re-runs every recorded command in a fresh folder and a fresh
 store, offline (the client in replay mode on the run's recordings, one scenario at a
@@ -72,13 +76,22 @@ class Command(msgspec.Struct, frozen=True):
 
 
 class RunConfig(msgspec.Struct, frozen=True):
+    """What a run makes things with. The judge and embedding models are options of the
+    commands that use them (in ``commands``): they decide no stage outcome."""
+
     format: int
     name: str
     model: str | None
-    judge_model: str | None
     max_attempts: int
     prompts: dict[str, int]
     commands: list[Command] = []
+
+    @property
+    def judge_model(self) -> str | None:
+        """The judge model of the last ``synth envs`` (None: gates 1 and 5 not run)."""
+        envs = [c for c in self.commands if c.kind == "envs"]
+        found = envs[-1].args.get("judge_model") if envs else None
+        return str(found) if found else None
 
 
 @dataclass
@@ -87,6 +100,7 @@ class Settings:
 
     model: str | None = None
     judge_model: str | None = None
+    embedding_model: str | None = None  # the scenarios' duplicate filter (default: model)
     api_base: str | None = None
     api_key: str | None = None
     concurrency: int = 4
@@ -126,6 +140,15 @@ def open_run(folder: Path, settings: Settings) -> tuple[RunConfig, Context]:
     return config, ctx
 
 
+def _client(folder: Path, settings: Settings, model: str | None) -> LLMClient | None:
+    """A client of another model (a judge's, the embeddings') recording with the run's."""
+    if not model:
+        return None
+    return LLMClient(model, api_base=settings.api_base, api_key=settings.api_key,
+                     recordings=settings.recordings or folder / "recordings",
+                     mode=settings.mode)
+
+
 def read_config(folder: Path) -> RunConfig:
     path = folder / RUN_FILE
     try:
@@ -137,8 +160,8 @@ def read_config(folder: Path) -> RunConfig:
 
 
 def _config(folder: Path, settings: Settings) -> RunConfig:
-    wanted = RunConfig(RUN_FORMAT, run_name(folder), settings.model, settings.judge_model,
-                       settings.max_attempts, versions())
+    wanted = RunConfig(RUN_FORMAT, run_name(folder), settings.model, settings.max_attempts,
+                       versions())
     if not (folder / RUN_FILE).exists():
         if folder.exists() and not folder.is_dir():
             raise SynthError(f"--run {folder}: not a folder")
@@ -147,7 +170,6 @@ def _config(folder: Path, settings: Settings) -> RunConfig:
         return wanted
     have = read_config(folder)
     for what, mine, theirs in (("model", wanted.model, have.model),
-                               ("judge model", wanted.judge_model, have.judge_model),
                                ("attempts per stage", wanted.max_attempts, have.max_attempts),
                                ("prompt versions", wanted.prompts, have.prompts)):
         if mine != theirs:
@@ -187,13 +209,15 @@ def synth_scenarios(folder: Path, settings: Settings, seeds: Path, n: int,
     if not ctx.client.configured:
         return {"status": NOT_RUN_NO_MODEL}
     command = Command("scenarios", {"seeds": _keep_input(folder, seeds, "seeds"), "n": n,
-                                    "cap": cap})
+                                    "cap": cap, "embedding_model": settings.embedding_model})
     _record(folder, command)
-    return _run_scenarios(folder, ctx, command)
+    return _run_scenarios(folder, ctx, command, settings)
 
 
-def _run_scenarios(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
+def _run_scenarios(folder: Path, ctx: Context, command: Command, settings: Settings
+                   ) -> dict[str, Any]:
     seeds = read_seeds(folder / command.args["seeds"])
+    ctx.embedder = _client(folder, settings, command.args.get("embedding_model"))
     report = expand(ctx, seeds, int(command.args["n"]), cap=command.args.get("cap"))
     lines = b"".join(msgspec.json.encode(s) + b"\n" for s in report.kept)
     write_atomically(folder / "scenarios.jsonl", lines)
@@ -212,7 +236,8 @@ def synth_envs(folder: Path, settings: Settings, scenarios: Path,
     if not ctx.client.configured:
         return EnvsReport([_not_run(s) for s in specs], summary=summarize(folder))
     command = Command("envs", {"scenarios": _keep_input(folder, scenarios, "scenarios"),
-                               "only": only, "tasks_per_scenario": tasks_per_scenario})
+                               "only": only, "tasks_per_scenario": tasks_per_scenario,
+                               "judge_model": settings.judge_model})
     _record(folder, command)
     return _run_envs(folder, ctx, command, settings, open_worlds)
 
@@ -221,12 +246,7 @@ def _run_envs(folder: Path, ctx: Context, command: Command, settings: Settings,
               open_worlds: Callable[[], Worlds]) -> EnvsReport:
     specs = read_scenarios(folder / command.args["scenarios"])
     config = read_config(folder)
-    judge = None
-    if config.judge_model:
-        judge = LLMClient(config.judge_model, api_base=settings.api_base,
-                          api_key=settings.api_key,
-                          recordings=settings.recordings or folder / "recordings",
-                          mode=settings.mode)
+    judge = _client(folder, settings, command.args.get("judge_model"))
     options = EnvOptions(tasks_per_scenario=int(command.args["tasks_per_scenario"]),
                          only=command.args.get("only"), judge=judge,
                          tasks_dir=pack_dir(folder, config) / "tasks")
@@ -418,7 +438,7 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
     target.mkdir(parents=True, exist_ok=True)
     fresh = msgspec.structs.replace(config, commands=[])
     write_atomically(target / RUN_FILE, encode(fresh))
-    settings = Settings(model=config.model, judge_model=config.judge_model, concurrency=1,
+    settings = Settings(model=config.model, concurrency=1,
                         max_attempts=config.max_attempts, mode="replay",
                         recordings=folder / "recordings")
     store = target / "store"
@@ -434,7 +454,7 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
         _record(target, command)
         _, ctx = open_run(target, settings)
         if command.kind == "scenarios":
-            _run_scenarios(target, ctx, command)
+            _run_scenarios(target, ctx, command, settings)
         else:
             envs = _run_envs(target, ctx, command, settings, open_worlds)
             stopped += [f"{r.scenario}: {r.reason}" for r in envs.results

@@ -237,6 +237,7 @@ class Context:
     budget: Budget = field(default_factory=Budget)
     progress: Progress = field(default_factory=Progress)
     max_attempts: int = MAX_ATTEMPTS
+    embedder: LLMClient | None = None  # the embedding model's client (default: `client`)
 
     def complete(self, messages: Sequence[Message], *, json_output: bool = True,
                  max_tokens: int = 4096) -> Completion:
@@ -250,7 +251,7 @@ class Context:
 
     def embed(self, texts: Sequence[str]) -> Embeddings:
         self.budget.check()
-        found = self.client.embed(texts)
+        found = (self.embedder or self.client).embed(texts)
         if not found.from_recording:
             self.budget.charge(found.tokens_in, found.cost)
         return found

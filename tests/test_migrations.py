@@ -220,3 +220,25 @@ def test_stored_old_event_is_upcast_on_read(store_location: str,
         assert stored.type == "sql"
     finally:
         store.close()
+
+
+def test_stores_created_at_once_by_threads_are_each_created_at_head(tmp_path: Any) -> None:
+    """alembic's migration scripts run through module-level proxies: creating several
+    stores at once in one process (synthesis opens a scratch store per scenario thread)
+    must not run one store's migration on another's connection."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create(i: int) -> list[str]:
+        store = open_event_store(str(tmp_path / f"store-{i}"))
+        try:
+            engine = store.engine if hasattr(store, "engine") else None
+            assert engine is not None
+            with engine.connect() as conn:
+                return [str(r[0]) for r in conn.execute(
+                    sa.text("SELECT version_num FROM alembic_version"))]
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        revisions = list(pool.map(create, range(12)))
+    assert revisions == [[head_revision()]] * 12

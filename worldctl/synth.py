@@ -59,6 +59,10 @@ def _model_options(fn: Any) -> Any:
                           "--api-base for a vLLM server)."),
         click.option("--judge-model", default=None,
                      help="Model of the judges of gates 1 and 5 (not run without one)."),
+        click.option("--embedding-model", default=None,
+                     envvar="WORLDCTL_LLM_EMBEDDING_MODEL",
+                     help="Embedding model of the scenarios' duplicate filter (env "
+                          "WORLDCTL_LLM_EMBEDDING_MODEL; default: --model)."),
         click.option("--api-base", default=None, envvar="WORLDCTL_LLM_API_BASE",
                      help="An OpenAI-compatible server (env WORLDCTL_LLM_API_BASE)."),
         click.option("--concurrency", default=4, show_default=True,
@@ -74,14 +78,15 @@ def _model_options(fn: Any) -> Any:
     return fn
 
 
-def _settings(model: str | None, judge_model: str | None, api_base: str | None,
-              concurrency: int, budget_tokens: int | None, budget_cost: float | None
-              ) -> Any:
+def _settings(model: str | None, judge_model: str | None, embedding_model: str | None,
+              api_base: str | None, concurrency: int, budget_tokens: int | None,
+              budget_cost: float | None) -> Any:
     import os
 
     from synth.runs import Settings
 
-    return Settings(model=model or None, judge_model=judge_model, api_base=api_base or None,
+    return Settings(model=model or None, judge_model=judge_model,
+                    embedding_model=embedding_model or None, api_base=api_base or None,
                     api_key=os.environ.get("WORLDCTL_LLM_API_KEY") or None,
                     concurrency=concurrency, budget_tokens=budget_tokens,
                     budget_cost=budget_cost, progress=sys.stderr)
@@ -102,15 +107,16 @@ def synth_group() -> None:
               help="At most this many scenarios per category (default: n/5, at least 2).")
 @_model_options
 def synth_scenarios_cmd(seeds: Path, n: int, category_cap: int | None, run_dir: Path,
-                        model: str | None, judge_model: str | None, api_base: str | None,
+                        model: str | None, judge_model: str | None,
+                        embedding_model: str | None, api_base: str | None,
                         concurrency: int, budget_tokens: int | None,
                         budget_cost: float | None, as_json: bool) -> None:
     """Expand seed names into N scenarios (classifier, embedding de-duplication, category
     caps) written to RUN/scenarios.jsonl."""
     from synth.runs import NOT_RUN_NO_MODEL, synth_scenarios
 
-    settings = _settings(model, judge_model, api_base, concurrency, budget_tokens,
-                         budget_cost)
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
     report = synth_scenarios(run_dir, settings, seeds, n, category_cap)
     if as_json:
         render.emit_json(report)
@@ -150,7 +156,8 @@ def _scenarios_text(report: dict[str, Any], run_dir: Path) -> str:
 @click.pass_context
 def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
                    tasks_per_scenario: int, run_dir: Path, model: str | None,
-                   judge_model: str | None, api_base: str | None, concurrency: int,
+                   judge_model: str | None, embedding_model: str | None,
+                   api_base: str | None, concurrency: int,
                    budget_tokens: int | None, budget_cost: float | None,
                    as_json: bool) -> None:
     """Synthesize an environment per scenario: tasks, schema, data, API spec, app code,
@@ -161,8 +168,8 @@ def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
     from worldctl.session import session
 
     where = session(ctx)
-    settings = _settings(model, judge_model, api_base, concurrency, budget_tokens,
-                         budget_cost)
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
     worlds(ctx, create=True)  # the store exists (or is refused) before any model call
 
     def open_worlds() -> Worlds:

@@ -8,6 +8,7 @@ alembic's script directory); alembic is imported only when a migration is actual
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,18 @@ def ensure_schema(engine: Engine, url: str) -> None:
 
 
 def migrate(engine: Engine, url: str) -> None:
-    """Upgrade to head; refuse a store whose revision this code does not know."""
+    """Upgrade to head; refuse a store whose revision this code does not know. One
+    migration at a time in this process: alembic runs its migration scripts through
+    module-level proxies (``alembic.context``, ``alembic.op``), so two threads creating
+    stores at once would run each other's migrations on the wrong connection."""
+    with _MIGRATING:
+        _migrate(engine, url)
+
+
+_MIGRATING = threading.Lock()
+
+
+def _migrate(engine: Engine, url: str) -> None:
     from alembic import command
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
