@@ -32,7 +32,7 @@ from gates.contract import (
     ToolStep,
 )
 from gates.errors import TaskError
-from packs.registry import load_pack
+from packs.registry import PACK_FILE, load_pack
 from worldstore.errors import ConfigError
 from worldstore.jsonfile import decode_json_file
 
@@ -108,11 +108,14 @@ def step_interface(step: ToolStep | ShellStep | AnswerStep) -> Interface | None:
 def task_folders(source: str, installed: Path | None = None, *,
                  split: str | None = None) -> list[Path]:
     """The task folders a source names: a task folder, a folder of them, or a pack by
-    name (its tasks, or those of `split`; installed packs are in `installed`)."""
+    name or by the path of its folder (its tasks, or those of `split`; installed packs
+    are in `installed`)."""
     folder = Path(source)
     if (folder / SPEC_FILE).is_file():
         return [folder]
-    if folder.is_dir():
+    if (folder / PACK_FILE).is_file():
+        source = str(folder) if "/" in str(folder) else f"./{folder}"  # a path, not a name
+    elif folder.is_dir():
         found = sorted(p for p in folder.iterdir() if (p / SPEC_FILE).is_file())
         if not found:
             raise ConfigError(f"{source}: neither a task folder nor a folder of task "

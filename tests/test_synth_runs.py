@@ -23,7 +23,7 @@ import synth_script
 from click.testing import CliRunner, Result
 from llm_server import serving
 
-from gates.task import load_task
+from gates.task import load_task, task_folders
 from packs.registry import load_pack
 from replay.engine import Worlds
 from synth.runs import compare_runs
@@ -191,6 +191,22 @@ def test_the_summary_and_the_pack(recorded: Recorded) -> None:
         assert task is not None
     covered = [t for names in pack.splits.values() for t in names]
     assert sorted(covered) == sorted(pack.tasks)
+
+
+def test_the_pack_is_what_eval_and_rl_read(recorded: Recorded, tmp_path: Path) -> None:
+    pack_root = recorded.run / "pack" / recorded.run.name
+    assert [p.name for p in task_folders(str(pack_root))] == [
+        "library-loans-01", "library-loans-02"]
+    store = str(recorded.store)
+    evaluated = invoke("--store", store, "eval", "run", str(pack_root), "--split", "rl",
+                       "--agent", "scripted:reference", "-k", "1", "--out",
+                       str(tmp_path / "eval"))
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "success 100.0 %" in evaluated.stdout
+    dataset = invoke("--store", store, "rl", "dataset", str(pack_root), "--split", "rl",
+                     "--out", str(tmp_path / "train.parquet"))
+    assert dataset.exit_code == 0, dataset.output
+    assert "2 rows" in dataset.stdout
 
 
 # --- 2. offline replay ----------------------------------------------------------------
