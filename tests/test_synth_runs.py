@@ -319,7 +319,8 @@ def test_the_token_budget_stops_and_resumes(recorded: Recorded, tmp_path: Path) 
         done = invoke(*args)
         assert done.exit_code == 0, done.output
     assert world_hash_of(run) == world_hash_of(recorded.run)
-    assert compare_runs(recorded.run, run)[0] == []
+    # the same outputs as the run made in one go (its commands differ, so its run.json)
+    assert compare_runs(recorded.run, run)[0] == ["run.json: differs"]
 
 
 # --- 5. no model ----------------------------------------------------------------------
@@ -366,3 +367,33 @@ def test_refusals(recorded: Recorded, tmp_path: Path) -> None:
     plain.mkdir()
     line = refused(invoke("synth", "replay", str(plain)))
     assert "not a synthesis run" in line
+
+
+# --- 7. one stage at a time -----------------------------------------------------------
+
+
+def test_only_runs_one_stage_and_needs_the_ones_before(recorded: Recorded,
+                                                       tmp_path: Path) -> None:
+    scenarios = scenarios_file(tmp_path)
+    run, store = tmp_path / "run", tmp_path / "store.sqlite"
+    with serving(synth_script.rules()) as server:
+        skipping = invoke(*envs_args(store, scenarios, run, server.url, "--only", "spec"))
+        assert skipping.exit_code == 1, skipping.output
+        assert "tasks: not done yet (run without --only)" in skipping.stdout
+        assert not (run / "outputs" / "spec").exists()
+
+        first = invoke(*envs_args(store, scenarios, run, server.url, "--only", "tasks"))
+        assert first.exit_code == 0, first.output
+        schema = invoke(*envs_args(store, scenarios, run, server.url, "--only", "schema"))
+        assert schema.exit_code == 0, schema.output
+        assert {p.name for p in (run / "outputs").iterdir()} == {"tasks", "schema"}
+        before = len(server.requests)
+        rest = invoke(*envs_args(store, scenarios, run, server.url))
+        assert rest.exit_code == 0, rest.output
+        # tasks and schema were not asked again; the rest was
+        asked = server.requests[before:]
+        assert not any("synth prompt tasks@v1" in json.dumps(r) for r in asked)
+        assert not any("synth prompt schema@v1" in json.dumps(r) for r in asked)
+    assert world_hash_of(run) == world_hash_of(recorded.run)
+    # the same outputs as the run made in one go (its commands differ, so its run.json)
+    assert compare_runs(recorded.run, run)[0] == ["run.json: differs"]
