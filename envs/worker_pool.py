@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -390,7 +391,27 @@ _Started = tuple[subprocess.Popen[bytes], socket.socket, Any]  # process, contro
 
 def _spawn(argv: Callable[[int], list[str]]) -> _Started:
     """Start one worker process (no code loaded yet): its process, our end of its control
-    socket and its log file."""
+    socket and its log file. Started by one long-lived thread of this process: bubblewrap's
+    ``--die-with-parent`` is the parent-death signal, which Linux sends when the *thread*
+    that started the process ends, so a worker started by a short-lived thread (a request's,
+    a pool's) would be killed with it."""
+    return _spawner().submit(_spawn_here, argv).result()
+
+
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}  # by pid: a forked child makes its own
+_SPAWNERS_LOCK = threading.Lock()
+
+
+def _spawner() -> ThreadPoolExecutor:
+    with _SPAWNERS_LOCK:
+        found = _SPAWNERS.get(os.getpid())
+        if found is None:
+            found = _SPAWNERS[os.getpid()] = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="app-worker-spawner")
+        return found
+
+
+def _spawn_here(argv: Callable[[int], list[str]]) -> _Started:
     log_file = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
     # Datagrams keep each request's descriptors with its own message.
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -412,17 +433,24 @@ class _Spares:
     """Worker processes started ahead of need, per set of limits (the sandbox a worker
     runs in depends on its limits only, never on the code it will load). A spare has run
     no carried code: it waits for its first request having done its imports, which is most
-    of a worker's start. Taking one starts its replacement in the background. Spares are
-    stopped when this process exits."""
+    of a worker's start. Taking one has its replacement started in the background.
+
+    Spares are stopped when this process exits; a forked child inherits them but never
+    owns them."""
 
     def __init__(self) -> None:
         self._ready: dict[WorkerLimits, list[_Started]] = {}
-        self._filling: set[WorkerLimits] = set()
+        self._argv: dict[WorkerLimits, Callable[[int], list[str]]] = {}
         self._lock = threading.Lock()
+        self._wanted = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._owner = os.getpid()
         atexit.register(self.close)
 
     def take(self, limits: WorkerLimits) -> _Started | None:
         with self._lock:
+            if os.getpid() != self._owner:
+                return None
             ready = self._ready.get(limits, [])
             while ready:
                 started = ready.pop(0)
@@ -432,32 +460,46 @@ class _Spares:
         return None
 
     def refill(self, limits: WorkerLimits, argv: Callable[[int], list[str]]) -> None:
-        """Start spares until `limits.spares` are ready, in a background thread."""
+        """Have `limits.spares` ready again soon (the spawning thread does it)."""
         with self._lock:
-            if limits in self._filling:
+            if os.getpid() != self._owner:
                 return
-            self._filling.add(limits)
-        threading.Thread(target=self._fill, args=(limits, argv), name="app-worker-spares",
-                         daemon=True).start()
+            self._argv[limits] = argv
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._spawn_forever, daemon=True,
+                                                name="app-worker-spares")
+                self._thread.start()
+            self._wanted.notify()
 
-    def _fill(self, limits: WorkerLimits, argv: Callable[[int], list[str]]) -> None:
-        try:
-            while True:
-                with self._lock:
-                    if len(self._ready.get(limits, [])) >= limits.spares:
-                        return
+    def _short(self) -> WorkerLimits | None:
+        """Limits with fewer spares ready than wanted (the lock held)."""
+        return next((limits for limits in self._argv
+                     if len(self._ready.get(limits, [])) < limits.spares), None)
+
+    def _spawn_forever(self) -> None:
+        while True:
+            with self._wanted:
+                limits = self._short()
+                while limits is None:
+                    self._wanted.wait()
+                    limits = self._short()
+                argv = self._argv[limits]
+            try:
                 started = _spawn(argv)
+            except (OSError, SandboxError) as exc:  # spares only save time: logged
+                log.warning("could not start a spare app worker: %s", exc)
                 with self._lock:
-                    self._ready.setdefault(limits, []).append(started)
-        except (OSError, SandboxError) as exc:  # spares only save time: a failure is logged
-            log.warning("could not start a spare app worker: %s", exc)
-        finally:
+                    self._argv.pop(limits, None)  # until the next refill asks again
+                continue
             with self._lock:
-                self._filling.discard(limits)
+                self._ready.setdefault(limits, []).append(started)
 
     def close(self) -> None:
         with self._lock:
             ready, self._ready = self._ready, {}
+            self._argv.clear()
+        if os.getpid() != self._owner:
+            return  # the parent's processes: not this child's to stop
         for spares in ready.values():
             for started in spares:
                 _discard(started)

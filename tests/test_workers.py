@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -461,12 +462,24 @@ def _spare_count(limits: WorkerLimits) -> int:
 
 
 def _wait_for_spare(limits: WorkerLimits, timeout: float = 60.0) -> None:
-    import time
+
+    from envs import worker_pool
 
     deadline = time.monotonic() + timeout
     while _spare_count(limits) < 1:
-        assert time.monotonic() < deadline, "no spare worker was started"
+        with worker_pool._SPARES._lock:
+            state = [(s[0].pid, s[0].poll()) for s in worker_pool._SPARES._ready.get(
+                limits, [])]
+        assert time.monotonic() < deadline, f"no live spare (pid, exit): {state}"
         time.sleep(0.05)
+
+
+def _spare_pids(limits: WorkerLimits) -> set[int]:
+    from envs import worker_pool
+
+    with worker_pool._SPARES._lock:
+        return {s[0].pid for s in worker_pool._SPARES._ready.get(limits, [])
+                if s[0].poll() is None}
 
 
 def test_a_spare_worker_serves_other_code_in_a_sandbox_of_its_own(tmp_path: Path) -> None:
@@ -483,11 +496,17 @@ def test_a_spare_worker_serves_other_code_in_a_sandbox_of_its_own(tmp_path: Path
                 "id": 1, "title": "first"}
         first_pids = {w.pid for w in pool.workers()}
         _wait_for_spare(limits)
+        # Spares are started by a thread that outlives them: bubblewrap's
+        # --die-with-parent kills a sandbox whose starting thread ends (it once did here).
+        time.sleep(1.0)
+        spares = _spare_pids(limits)
+        assert len(spares) == 1
         with Environment(second_store, apps={}, workers=pool) as env, env.open("q@0") as two:
             assert two.call_tool("notes_get_note", {"note_id": 1}).structured == {
                 "id": 1, "title": "first of q"}
         pids = {w.pid for w in pool.workers()}
         assert len(pids) == 2 and None not in pids and first_pids < pids
+        assert pids - first_pids == spares  # the other code's worker is the spare
         _wait_for_spare(limits)  # taking the spare started its replacement
         # A pool's worker survives the environments that used it (they do not own it);
         # releasing the code stops its workers.
@@ -522,3 +541,36 @@ def test_a_shared_pool_serves_two_stores_on_one_cache_with_one_worker(tmp_path: 
         pool.close()
         for store in stores:
             store.close()
+
+
+def test_a_worker_started_by_a_thread_that_ended_keeps_serving(tmp_path: Path) -> None:
+    """bubblewrap's --die-with-parent fires when the *thread* that started the sandbox
+    ends: workers are started by a long-lived thread, so one first needed in a request's
+    or a pool's thread is not killed when that thread ends (it was, and every call after
+    paid a new worker's start)."""
+    import threading
+
+    worlds = _world(tmp_path / "store", CODE)
+    pool = WorkerPool(WorkerLimits(timeout_s=3, idle_s=302.0))
+    try:
+        with Environment(worlds, apps={}, workers=pool) as env:
+            seen: list[object] = []
+
+            def first_call() -> None:
+                with env.open("p@0") as instance:
+                    seen.append(instance.call_tool("notes_get_note", {"note_id": 1}).structured)
+
+            thread = threading.Thread(target=first_call)
+            thread.start()
+            thread.join()
+            assert seen == [{"id": 1, "title": "first"}]
+            (worker,) = pool.workers()
+            pid = worker.pid
+            time.sleep(1.5)
+            assert worker.pid == pid is not None  # still running
+            with env.open("p@0") as instance:
+                assert not instance.call_tool("notes_get_note", {"note_id": 1}).is_error
+            assert [w.pid for w in pool.workers()] == [pid]  # served by the same process
+    finally:
+        pool.close()
+        worlds.close()
