@@ -58,6 +58,7 @@ from synth.database import (
     table_columns,
     valid_tasks,
 )
+from synth.prompts import ENV_STAGES
 from synth.stage import (
     Context,
     Stage,
@@ -75,8 +76,6 @@ from synth.verifiers import (
     write_task_folder,
 )
 from worldstore.errors import WorldError
-
-ENV_STAGES = ("tasks", "schema", "data", "spec", "code", "verifier")
 
 
 class StageResult(msgspec.Struct, frozen=True):
@@ -230,11 +229,13 @@ def synthesize_env(ctx: Context, spec: ScenarioSpec, open_worlds: Callable[[], W
             with_app = dataclasses.replace(day, app={
                 "type": "app", "service": AWM_SERVICE, "app": app_name(persona),
                 "version": APP_VERSION, "code": code.code})
-            world_hash, tools = _store_world(worlds, workers, spec, task_list, schema, data,
-                                             with_app, run_dir)
-            if chain.last("code"):
-                raise _Stop("", "")
-            tasks = _tasks(chain, worlds, workers, task_list, ddl, world_hash)
+            with Environment(worlds, workers=workers) as env:
+                world_hash, listed = _store_world(env, spec, task_list, schema, data, with_app,
+                                                  run_dir)
+                tools = len(listed)
+                if chain.last("code"):
+                    raise _Stop("", "")
+                tasks = _tasks(chain, env, listed, task_list, ddl, world_hash)
         finally:
             workers.close()
             worlds.close()
@@ -253,21 +254,22 @@ def _day0(spec: ScenarioSpec, tasks: list[str], schema: SchemaOut, data: DataOut
         raise _Stop("data", f"day 0 is refused: {'; '.join(refused.problems)[:500]}") from None
 
 
-def _store_world(worlds: Worlds, workers: WorkerPool, spec: ScenarioSpec, tasks: list[str],
-                 schema: SchemaOut, data: DataOut, day: Day0, run_dir: Path
-                 ) -> tuple[str, int]:
+def _store_world(env: Environment, spec: ScenarioSpec, tasks: list[str], schema: SchemaOut,
+                 data: DataOut, day: Day0, run_dir: Path
+                 ) -> tuple[str, list[dict[str, Any]]]:
     """Store day 0 (with its app) as import-awm would, keep its lines and report in the
-    run; the world hash and the number of tools its instance lists."""
+    run; the world hash and the tools its instance lists (by bare name, as the verifier
+    stage shows them to the model)."""
     scenario = scenario_files(spec, tasks, schema, data)
     try:
-        report = import_day0(worlds, scenario, day)
+        report = import_day0(env.worlds, scenario, day)
     except ScenarioRefused as refused:
         raise _Stop("code", f"the world is refused by the store: "
                             f"{'; '.join(refused.problems)[:500]}") from None
-    with Environment(worlds, workers=workers) as env, \
-            env.open(f"{day.persona}@0") as instance:
-        tools = len(instance.list_tools())
-    report = dataclasses.replace(report, tools=tools)
+    with env.open(f"{day.persona}@0", bare_names=True) as instance:
+        tools = [{"name": t.name, "description": t.description,
+                  "input_schema": t.input_schema} for t in instance.list_tools()]
+    report = dataclasses.replace(report, tools=len(tools))
     folder = run_dir / "worlds"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{day.persona}.jsonl").write_bytes(day.lines())
@@ -277,27 +279,23 @@ def _store_world(worlds: Worlds, workers: WorkerPool, spec: ScenarioSpec, tasks:
     return report.world_hash, tools
 
 
-def _tasks(chain: _Chain, worlds: Worlds, workers: WorkerPool, task_list: list[str],
-           ddl: list[str], world_hash: str) -> list[TaskResult]:
+def _tasks(chain: _Chain, env: Environment, tools: list[dict[str, Any]],
+           task_list: list[str], ddl: list[str], world_hash: str) -> list[TaskResult]:
     """Stage 6 for every task, then the gates for the verified ones."""
     results: list[TaskResult] = []
-    with Environment(worlds, workers=workers) as env:
-        with env.open(f"{chain.persona}@0", bare_names=True) as instance:
-            tools = [{"name": t.name, "description": t.description,
-                      "input_schema": t.input_schema} for t in instance.list_tools()]
-        judge = chain.options.judge
-        judges = (Judges(llm=CodeJudge(judge), agent=AgentJudge(judge, worlds=worlds))
-                  if judge is not None else Judges())
-        for i, text in enumerate(task_list):
-            ref = TaskRef(task_id=f"{chain.persona.replace('_', '-')}-{i + 1:02d}",
-                          instruction=text, persona=chain.persona, world_hash=world_hash,
-                          source=f"synth: scenario {chain.spec.name}, task {i + 1}")
-            try:
-                out: VerifierOut = chain.step(VerifierStage(env, ref, tools, ddl), ref.task_id)
-            except _Stop:
-                results.append(TaskResult(ref.task_id, verified=False))
-                continue
-            results.append(_gate(chain, env, judges, ref, tools, ddl, out))
+    judge = chain.options.judge
+    judges = (Judges(llm=CodeJudge(judge), agent=AgentJudge(judge, worlds=env.worlds))
+              if judge is not None else Judges())
+    for i, text in enumerate(task_list):
+        ref = TaskRef(task_id=f"{chain.persona.replace('_', '-')}-{i + 1:02d}",
+                      instruction=text, persona=chain.persona, world_hash=world_hash,
+                      source=f"synth: scenario {chain.spec.name}, task {i + 1}")
+        try:
+            out: VerifierOut = chain.step(VerifierStage(env, ref, tools, ddl), ref.task_id)
+        except _Stop:
+            results.append(TaskResult(ref.task_id, verified=False))
+            continue
+        results.append(_gate(chain, env, judges, ref, tools, ddl, out))
     return results
 
 
@@ -377,5 +375,5 @@ def write_log(run_dir: Path, scenario: str, outcomes: list[StageOutcome]) -> Non
     write_atomically(folder / f"{scenario}.jsonl", b"".join(line + b"\n" for line in lines))
 
 
-__all__ = ["ENV_STAGES", "EnvOptions", "EnvResult", "StageResult", "TaskResult",
+__all__ = ["EnvOptions", "EnvResult", "StageResult", "TaskResult",
            "synthesize_env", "write_log"]

@@ -21,6 +21,9 @@ from pathlib import Path
 from synth.errors import SynthError
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
+# The stages of environment synthesis, in order; each has its prompt file (here, so that
+# the command line can offer them without importing the stages).
+ENV_STAGES = ("tasks", "schema", "data", "spec", "code", "verifier")
 _HEADER = re.compile(r"version: ([0-9]+)\n---\n")
 
 
@@ -58,4 +61,4 @@ def versions() -> dict[str, int]:
     return {p.stem: prompt(p.stem).version for p in sorted(PROMPTS.glob("*.md"))}
 
 
-__all__ = ["PROMPTS", "Prompt", "prompt", "versions"]
+__all__ = ["ENV_STAGES", "PROMPTS", "Prompt", "prompt", "versions"]

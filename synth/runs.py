@@ -48,8 +48,8 @@ from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
-from synth.pipeline import ENV_STAGES, EnvOptions, EnvResult, StageResult, synthesize_env
-from synth.prompts import versions
+from synth.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
+from synth.prompts import ENV_STAGES, versions
 from synth.scenarios import expand, read_scenarios, read_seeds
 from synth.stage import (
     MAX_ATTEMPTS,
@@ -499,13 +499,8 @@ def _files(root: Path, top: str) -> dict[str, Path]:
             if p.is_file() and not p.name.startswith(".")}
 
 
-def not_run_stages() -> list[dict[str, str]]:
-    """Every stage's line when no model is configured."""
-    return [{"stage": s, "status": NOT_RUN_NO_MODEL} for s in ("scenarios", *ENV_STAGES)]
-
-
 __all__ = ["COMPARED", "NOT_RUN_NO_MODEL", "Command", "EnvsReport", "ReplayReport",
-           "RunConfig", "Settings", "compare_runs", "not_run_stages", "open_run",
+           "RunConfig", "Settings", "compare_runs", "open_run",
            "pack_dir", "read_config", "replay_run", "run_name", "split_of", "status", "summarize",
            "synth_envs", "synth_scenarios", "write_pack"]
 

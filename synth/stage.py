@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -398,10 +397,6 @@ def _json_text(text: str) -> str:
     return stripped
 
 
-def stderr_progress() -> Progress:
-    return Progress(sys.stderr)
-
-
 __all__ = ["MAX_ATTEMPTS", "Attempt", "Budget", "Context", "Measure", "Progress", "Stage",
            "StageOutcome", "canonical_digest", "encode", "run_stage", "stage_key",
-           "stderr_progress", "stored_outcome", "summarise", "write_atomically"]
+           "stored_outcome", "summarise", "write_atomically"]

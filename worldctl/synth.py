@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from synth.prompts import ENV_STAGES
 from worldctl import render
 from worldctl.session import worlds
 
@@ -148,7 +149,7 @@ def _scenarios_text(report: dict[str, Any], run_dir: Path) -> str:
               help="Scenarios (JSON Lines: name, description, category); default "
                    "RUN/scenarios.jsonl.")
 @click.option("--only", default=None,
-              type=click.Choice(["tasks", "schema", "data", "spec", "code", "verifier"]),
+              type=click.Choice(ENV_STAGES),
               help="Run this stage alone (the stages before it must be done).")
 @click.option("--tasks-per-scenario", default=10, show_default=True,
               type=click.IntRange(min=1, max=50), help="Tasks per scenario (AWM: 10).")
