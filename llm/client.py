@@ -34,9 +34,9 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 import msgspec
 
@@ -53,6 +53,7 @@ ENV_API_BASE = "WORLDCTL_LLM_API_BASE"
 ENV_API_KEY = "WORLDCTL_LLM_API_KEY"
 ENV_RECORDINGS = "WORLDCTL_LLM_RECORDINGS"
 ENV_MODE = "WORLDCTL_LLM_MODE"
+R = TypeVar("R", "_Recording", "_EmbeddingRecording")
 
 
 class ToolCall(NamedTuple):
@@ -260,35 +261,34 @@ class LLMClient:
         tmp.replace(path)
 
     def _replay(self, key: str, request: dict[str, Any]) -> Completion:
-        path = self.recording_path(key)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise RecordingMissing(
-                f"no recording {path} for this request (model {request['model']!r}; "
-                f"first message: {_first_message(request['messages'])}); record it with "
-                f"{ENV_MODE}=record") from None
-        try:
-            record = msgspec.json.decode(data, type=_Recording)
-        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-            raise RecordingMissing(f"{path}: not a valid recording: {exc}") from None
+        record = self._recording(key, _Recording, lambda path: (
+            f"no recording {path} for this request (model {request['model']!r}; "
+            f"first message: {_first_message(request['messages'])}); record it with "
+            f"{ENV_MODE}=record"), "a valid recording")
         return _completion(record.response, key, from_recording=True)
 
     def _replay_embedding(self, key: str, request: dict[str, Any]) -> Embeddings:
+        first = request["input"][0] if request["input"] else ""
+        record = self._recording(key, _EmbeddingRecording, lambda path: (
+            f"no recording {path} for this embedding request (model "
+            f"{request['model']!r}; {len(request['input'])} texts, the first "
+            f"{first[:80]!r}); record it with {ENV_MODE}=record"),
+            "a valid embedding recording")
+        return _embeddings(record.response, key, from_recording=True)
+
+    def _recording(self, key: str, kind: type[R], missing: Callable[[Path], str],
+                   what: str) -> R:
+        """The recording of `key` as `kind`; RecordingMissing (`missing`'s message) when
+        there is none, or naming the file when it is not `what`."""
         path = self.recording_path(key)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            first = request["input"][0] if request["input"] else ""
-            raise RecordingMissing(
-                f"no recording {path} for this embedding request (model "
-                f"{request['model']!r}; {len(request['input'])} texts, the first "
-                f"{first[:80]!r}); record it with {ENV_MODE}=record") from None
+            raise RecordingMissing(missing(path)) from None
         try:
-            record = msgspec.json.decode(data, type=_EmbeddingRecording)
-        except msgspec.DecodeError as exc:
-            raise RecordingMissing(f"{path}: not a valid embedding recording: {exc}") from None
-        return _embeddings(record.response, key, from_recording=True)
+            return msgspec.json.decode(data, type=kind)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise RecordingMissing(f"{path}: not {what}: {exc}") from None
 
 
 def client_from_env(environ: Mapping[str, str] | None = None, *,
