@@ -11,29 +11,19 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner, Result
+from cli_harness import invoke, refused
 
 from packs.registry import load_pack
 from replay.engine import Worlds
 from rl.config import overrides
 from rl.dataset import rl_rows
 from rl.sft import sft_rows
-from worldctl.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
 SFT_TASK = ROOT / "packs" / "demo" / "tasks" / "nordlys-deposit-invoice"
 
 
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), prog_name="worldctl", catch_exceptions=False)
-
-
-def refused(result: Result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

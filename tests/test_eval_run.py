@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from cli_harness import invoke, refused
 from llm_server import FIXTURES, load_script, serving
 
 from envs.episodes_store import load_episode
 from eval.contract import decode_results
 from eval.runner import TRIALS_DIR
 from replay.engine import Worlds
-from worldctl.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
@@ -31,16 +30,6 @@ TASKS = ROOT / "packs" / "demo" / "tasks"
 EVAL_SPLIT = ["nordlys-delivery-checklist", "sagene-easter-quote"]
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner(env=env).invoke(cli, list(args), prog_name="worldctl",
-                                     catch_exceptions=False)
-
-
-def refused(result: Result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 import synth_script
-from click.testing import CliRunner, Result
+from cli_harness import invoke
 from llm_server import serving
 
 from replay.engine import Worlds
 from synth.runs import read_config, replay_run
 from synth.stage import Progress
-from worldctl.main import cli
 
 MODEL = "openai/loopback"
 SEEDS = [
@@ -73,9 +72,6 @@ RULES = [
     *synth_script.rules(),
 ]
 
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), prog_name="worldctl", catch_exceptions=False)
 
 
 @pytest.fixture(autouse=True)

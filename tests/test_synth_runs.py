@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 import synth_script
-from click.testing import CliRunner, Result
+from cli_harness import invoke, refused
+from click.testing import Result
 from llm_server import serving
 
 from gates.task import load_task, task_folders
 from packs.registry import load_pack
 from replay.engine import Worlds
 from synth.runs import compare_runs
-from worldctl.main import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLDCTL = Path(sys.executable).parent / "worldctl"
@@ -41,16 +41,6 @@ def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), prog_name="worldctl", catch_exceptions=False)
-
-
-def refused(result: Result) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def envs_args(store: Path, scenarios: Path, run: Path, url: str, *extra: str) -> list[str]:
