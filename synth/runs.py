@@ -232,9 +232,10 @@ def synth_envs(folder: Path, settings: Settings, scenarios: Path,
     if only is not None and only not in ENV_STAGES:
         raise SynthError(f"--only {only}: no such stage (the stages: {', '.join(ENV_STAGES)})")
     specs = read_scenarios(scenarios)
-    _, ctx = open_run(folder, settings)
-    if not ctx.client.configured:
+    if settings.model is None:
         return EnvsReport([_not_run(s) for s in specs], summary=summarize(folder))
+    open_worlds().close()  # the store is made, or refused, before the run or a model call
+    _, ctx = open_run(folder, settings)
     command = Command("envs", {"scenarios": _keep_input(folder, scenarios, "scenarios"),
                                "only": only, "tasks_per_scenario": tasks_per_scenario,
                                "judge_model": settings.judge_model})

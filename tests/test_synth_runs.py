@@ -344,6 +344,14 @@ def test_refusals(recorded: Recorded, tmp_path: Path) -> None:
                           "--scenarios", str(bad), "--run", str(tmp_path / "r"),
                           "--model", MODEL, "--api-base", "http://127.0.0.1:9/v1"))
     assert f"{bad}:2" in line
+    # refused before anything is made: neither the store nor the run folder
+    assert not (tmp_path / "s.sqlite").exists() and not (tmp_path / "r").exists()
+
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    line = refused(invoke("--store", unreachable, "synth", "envs", "--scenarios",
+                          str(recorded.scenarios), "--run", str(tmp_path / "r"),
+                          "--model", MODEL, "--api-base", "http://127.0.0.1:9/v1"))
+    assert "cannot open the store" in line and not (tmp_path / "r").exists()
 
     copy = tmp_path / "copy"
     shutil.copytree(recorded.run, copy)

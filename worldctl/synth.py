@@ -171,7 +171,6 @@ def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
     where = session(ctx)
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
                          budget_tokens, budget_cost)
-    worlds(ctx, create=True)  # the store exists (or is refused) before any model call
 
     def open_worlds() -> Worlds:
         return Worlds.open(where.store, where.cache)
