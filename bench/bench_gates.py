@@ -6,8 +6,9 @@ the work it cannot avoid, measured in the same run and interleaved with it:
 
 * the agents' steps: the six scripted agents each acting on a fresh instance of the
   task's world (open, steps, close);
-* the verifier runs: seven runs of the task's verifier in the sandbox (gate 2's
-  V(W0, W0, '') and one per rollout) plus the counterfactual probe's re-run.
+* the verifier runs: seven runs of the task's verifier on the store cache's verifier
+  server, as the gates run them (gate 2's V(W0, W0, '') and one per rollout), plus the
+  counterfactual probe's re-run, whose writable verifier gets a sandbox of its own.
 
 Overhead = check_task - (agents + verifier runs): opening instances for grading, saving
 episodes, hashing final worlds, re-deriving the probed worlds from their episodes, the
@@ -67,9 +68,12 @@ def run(rounds: int, only: int | None) -> Report:
 
         def t_verifier(task=task, w0=w0) -> float:  # type: ignore[no-untyped-def]
             t0 = time.perf_counter()
-            # gate 2, six rollouts, the probe's re-run (on W0: the same scripts and reads)
-            for _ in range(len(SCRIPTED_SET) + 2):
-                run_verifier(task.verifier_dir, w0, w0, "")
+            # gate 2 and six rollouts, on the cache's verifier server as the gates run them,
+            # then the probe's re-run, whose writable verifier gets a sandbox of its own
+            # (all on W0: the same scripts and reads)
+            for _ in range(len(SCRIPTED_SET) + 1):
+                run_verifier(task.verifier_dir, w0, w0, "", scratch=worlds.cache.tmp)
+            run_verifier(task.verifier_dir, w0, w0, "", writable_verifier=True)
             return time.perf_counter() - t0
 
         t_check(), t_agents(), t_verifier()  # warm-up
@@ -98,7 +102,9 @@ def run(rounds: int, only: int | None) -> Report:
                     rows=rows, data={"per_task_s": per_task})
     report.notes.append(
         "Overhead is check_task minus the agents' steps on fresh instances and eight "
-        "verifier runs, all measured in the same run: it is opening and grading instances, "
+        "verifier runs (seven on a verifier server, the probe's in a sandbox of its own, "
+        "as the gates run them), all measured in the same run: it is opening and grading "
+        "instances, "
         "saving episodes, hashing final worlds and re-deriving probed worlds from episodes.")
     return report
 

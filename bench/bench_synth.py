@@ -5,7 +5,12 @@ way of checking a generated server.
 
 On the scripted scenario ``library_loans`` (``tests/synth_script.py``: the accepted
 outputs TABLES_OK, DATA_OK, SPEC, CODE_OK, BORROW_OK, RETURN_OK; no model is called),
-everything synthesis does to check the environment once the model's outputs are known:
+everything synthesis does to check the environment once the model's outputs are known.
+As in a run, every round's environment goes to the run's one store and snapshot cache
+(opened per scenario, as the pipeline does), each round a scenario of its own
+(``library_loans_<round>``: its own persona and world), so what a run starts once (the
+store itself, the verifier server of its cache) is started in the warm-up round, and the
+row "first environment of a run" says what that costs:
 
 * **(a) schema + data**: ``SchemaStage.execute`` and ``DataStage.execute`` (each statement
   pre-run on a scratch database with the replay's guards), then ``day0`` (the AWM import
@@ -16,8 +21,9 @@ everything synthesis does to check the environment once the model's outputs are 
 * **(c) world + verifiers**: the world stored as the pipeline stores it (``import_day0``
   into a fresh store, an instance's ``list_tools``), then for each of the 2 tasks the
   task folder written (``write_task_folder``) and ``check_task_folder``: the verifier at
-  W0 in the verifier sandbox, the reference solution played on a fresh instance, the
-  verifier on its result. One ``Environment`` serves both tasks, as in the pipeline.
+  W0, the reference solution played on a fresh instance, the verifier on its result, each
+  verifier run on the cache's verifier server (``gates.verifier_server``, as the gates
+  run them). One ``Environment`` serves both tasks, as in the pipeline.
 
 The baseline, measured in the same run and interleaved round by round: AWM's check of one
 generated server (``bench_awm.awm_start`` on content_platform_1, the AWM sample): rebuild
@@ -125,9 +131,11 @@ class Ours:
 
         s = _script()
         self.work = work
+        self.scenario = s.SCENARIO
         self.spec = ScenarioSpec(name=s.SCENARIO["name"], description=s.SCENARIO["description"])
         self.tasks: list[str] = list(s.TASKS)
         self.persona = persona_for(self.spec.name)
+        self._persona_for = persona_for
         self.schema = msgspec.convert({"tables": s.TABLES_OK}, type=SchemaOut)
         self.data = msgspec.convert({"inserts": s.DATA_OK}, type=DataOut)
         self.api = msgspec.convert({"tools": s.SPEC}, type=SpecOut)
@@ -155,14 +163,19 @@ class Ours:
         from envs.worker_pool import WorkerPool
         from replay.engine import Worlds
         from synth.appgen import APP_VERSION, CodeStage, app_name
-        from synth.database import DataStage, SchemaStage, day0, scenario_files
+        from synth.database import DataStage, ScenarioSpec, SchemaStage, day0, scenario_files
         from synth.verifiers import TaskRef, check_task_folder, write_task_folder
 
         t: dict[str, float] = {}
         check: dict[str, Any] = {}
         self._probe.clear()
-        root = fresh_dir(self.work / f"round-{self.rounds}")
+        # As in a run: every environment goes to the run's one store and snapshot cache
+        # (opened per scenario), each a scenario (so a persona and a world) of its own.
+        name = f"{self.scenario['name']}_{self.rounds}"
+        self.spec = ScenarioSpec(name=name, description=self.scenario["description"])
+        self.persona = self._persona_for(name)
         self.rounds += 1
+        root = self.work / "run"
         t0 = time.perf_counter()
         worlds = Worlds.open(root / "store", root / "cache")
         workers = WorkerPool(self.limits)
@@ -224,7 +237,6 @@ class Ours:
         finally:
             workers.close()  # untimed, as stopping AWM's server is not timed
             worlds.close()
-        remove(root)
         t["a_schema_data"] = t["schema_execute"] + t["data_execute"] + t["day0_plan"]
         t["b_code"] = t["code_execute"]
         t["c_world_verifiers"] = (t["store_open"] + t["world_import"] + t["world_list_tools"]
@@ -235,6 +247,18 @@ class Ours:
         self.checks.append(check)
         self.probes.append({k: list(v) for k, v in self._probe.items()})
         return t
+
+
+def _first_environment(work: Path) -> float:
+    """One validation into a store of its own, with no verifier server started yet."""
+    from gates.verifier_server import close_servers
+
+    close_servers()
+    first = Ours(work, spare=True)
+    got = first.once()
+    if not clean(first.checks[0]):
+        raise RuntimeError(f"the first environment's validation failed: {first.checks[0]}")
+    return got["total"]  # the store's creation is its store_open, part of (c)
 
 
 def clean(check: dict[str, Any]) -> bool:
@@ -281,6 +305,7 @@ def run(rounds: int) -> Report:
             got[name].append(contenders[name]())
             if name == "ours":
                 time.sleep(SPARE_WAIT_S)  # the model's time, in a run: the spare starts
+    first = _first_environment(work / "first")
     remove(work)
 
     def col(who: str, key: str) -> list[float]:
@@ -307,6 +332,9 @@ def run(rounds: int) -> Report:
         Row(B, "the same without spare workers (the worker's Python start on the critical "
                "path)", fmt_s(cold_med["total"]), fmt_s(base) + " AWM",
             f"{cold_med['total'] / base:.3f}x AWM"),
+        Row(B, "first environment of a run: the same with what a run starts once (its store "
+               "created, its cache's verifier server started), one run", fmt_s(first),
+            fmt_s(base) + " AWM", f"{first / base:.3f}x AWM"),
         Row(B, "AWM's check of one server (bench_awm.awm_start, content_platform_1): rebuild "
                "db (stdlib sqlite3) + start FastMCP.from_fastapi under uvicorn + list_tools "
                f"answered, median of {len(got['awm'])}", fmt_s(base)),

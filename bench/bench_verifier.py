@@ -20,6 +20,10 @@ Contenders, interleaved round by round (order rotated, a warm-up round discarded
   time, its report read by ``read_driver_output``: what the sandbox itself adds;
 * one trivial script (``import awsdk; awsdk.result(ok=True)``) through ``run_verifier``:
   the fixed cost of a run (runner, sandbox, Python, SDK import, one fork);
+* **served**: the same 4 scripts, and the trivial script, through ``run_verifier`` with
+  ``scratch=`` (the store's cache scratch, as the gates call it): on a verifier server
+  (``gates.verifier_server``), the run staged as hardlinks into a sandbox kept from one
+  run to the next; and once, after the rounds, a server's start with its first run;
 * bare ``python -I -S -c pass``, one start: the floor of any process-per-script design;
 * one sandbox start running ``true`` (no Python): what bubblewrap alone costs per run.
 
@@ -221,6 +225,7 @@ def bare_python() -> float:
 def run(a: argparse.Namespace) -> Report:
     from envs.sandbox import default_sandbox
     from gates.verifier import run_verifier
+    from gates.verifier_server import close_servers, jobs_served
 
     work = fresh_dir(WORK_DIR / "verifier")
     report = Report(B, {"rounds": a.rounds, "world": REF, "scripts": len(SCRIPTS),
@@ -238,9 +243,12 @@ def run(a: argparse.Namespace) -> Report:
     per_script: list[float] = []
     failures: list[str] = []
 
-    def sandboxed(parallel: int) -> float:
+    served_in = worlds.cache.tmp  # the gates' scratch: the store's own cache
+
+    def sandboxed(parallel: int, serve: bool = False) -> float:
         t0 = time.perf_counter()
-        verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=parallel)
+        verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=parallel,
+                               scratch=served_in if serve else None)
         elapsed = time.perf_counter() - t0
         per_script.extend(s.seconds for s in verdict.scripts)
         if not verdict.passed or verdict.n != N_CHECKS:
@@ -259,9 +267,10 @@ def run(a: argparse.Namespace) -> Report:
             failures.append(f"plain driver passed {passed}/{N_CHECKS} checks")
         return elapsed
 
-    def sandbox_trivial() -> float:
+    def sandbox_trivial(serve: bool = False) -> float:
         t0 = time.perf_counter()
-        verdict = run_verifier(trivial, w0, w, ANSWER, sandbox=box)
+        verdict = run_verifier(trivial, w0, w, ANSWER, sandbox=box,
+                               scratch=served_in if serve else None)
         elapsed = time.perf_counter() - t0
         if not verdict.passed:
             failures.append(f"trivial script: {verdict.errors}")
@@ -279,10 +288,13 @@ def run(a: argparse.Namespace) -> Report:
         "plain_serial": lambda: plain(False),
         "plain_driver": driver,
         "sandbox_trivial": sandbox_trivial,
+        "served_parallel": lambda: sandboxed(4, serve=True),
+        "served_trivial": lambda: sandbox_trivial(serve=True),
         "bare_python": bare_python,
         "sandbox_true": sandbox_true,
     }
     names = list(contenders)
+    served_before = jobs_served()
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(a.rounds + 1):
         shift = r % len(names)
@@ -290,6 +302,11 @@ def run(a: argparse.Namespace) -> Report:
             took = contenders[name]()
             if r:  # round 0 warms the page cache and the sandbox probe
                 times[name].append(took)
+    served = jobs_served() - served_before
+    close_servers()
+    t0 = time.perf_counter()
+    sandbox_trivial(serve=True)  # a server's start and its first run
+    first_served = time.perf_counter() - t0
     worlds.close()
 
     med = {k: median(v) for k, v in times.items()}
@@ -312,6 +329,16 @@ def run(a: argparse.Namespace) -> Report:
                "import + one fork)", fmt_s(med["sandbox_trivial"]),
             fmt_s(med["bare_python"]) + " bare python start",
             f"{med['sandbox_trivial'] / med['bare_python']:.2f}x bare start"),
+        Row(B, "V(W0, W, a) of the same 4 scripts on a verifier server (run_verifier with "
+               "scratch=, as the gates call it: the run staged as hardlinks, no sandbox or "
+               "Python start)", fmt_s(med["served_parallel"]),
+            fmt_s(ours) + " a sandbox per run", f"{med['served_parallel'] / ours:.2f}x"),
+        Row(B, "  one trivial script on a verifier server", fmt_s(med["served_trivial"]),
+            fmt_s(med["sandbox_trivial"]) + " a sandbox per run",
+            f"{med['served_trivial'] / med['sandbox_trivial']:.2f}x"),
+        Row(B, "  a server's start with its first run (once per process, cache and limits)",
+            fmt_s(first_served), fmt_s(med["sandbox_trivial"]) + " a sandbox per run",
+            f"{first_served / med['sandbox_trivial']:.2f}x"),
         Row(B, "  one sandbox start running `true` (bubblewrap, no Python)",
             fmt_s(med["sandbox_true"]), fmt_s(med["bare_python"]) + " bare python start",
             f"{med['sandbox_true'] / med['bare_python']:.2f}x bare start"),
@@ -320,7 +347,10 @@ def run(a: argparse.Namespace) -> Report:
     ]
     report.data = {"seconds": times, "medians_s": med, "per_script_s": per_script,
                    "spread": {k: spread(v) for k, v in times.items()},
-                   "cpus": os.cpu_count(), "failures": failures[:5]}
+                   "cpus": os.cpu_count(), "failures": failures[:5],
+                   "served_runs": served, "first_served_s": first_served}
+    if served != 2 * a.rounds + 2:  # every served contender's run, warm-up included
+        failures.append(f"only {served} of the served runs went to a server")
     if failures:
         report.notes.append(f"WARNING: {len(failures)} runs did not pass every check: "
                             f"{failures[:3]}")

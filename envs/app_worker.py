@@ -468,6 +468,11 @@ def _warm_up() -> None:
                                     ("warmup_rows", {"query": "q"}, [{"query": "q"}])):
         tools[name].validator.validate_python(arguments)
         tools[name].encoder.convert_result(result)
+    # Everything imported so far lives as long as the worker. Collected and frozen now, a
+    # load's own collection (see ``_Worker.load``) passes over what loading made only: in a
+    # spare, that is ~45 ms of a load's ~60 ms no longer on the caller's path.
+    gc.collect()
+    gc.freeze()
 
 
 def main() -> None:

@@ -57,9 +57,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from envs.errors import SandboxError
 from replay.files import walk
@@ -82,6 +83,7 @@ __all__ = [
     "find_sandbox_tools",
     "give_to_sandbox",
     "kill_sandbox",
+    "popen_long_lived",
     "run_sandboxed",
     "sandbox_ids",
 ]
@@ -435,6 +437,32 @@ def sandbox_ids() -> tuple[int, int]:
     return _sandbox_ids()
 
 
+def popen_long_lived(argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **popen)`` run by one long-lived thread of this process,
+    for a sandbox meant to outlive the call that starts it (an app worker, a verifier
+    server). bubblewrap's ``--die-with-parent`` is the parent-death signal, which Linux
+    sends when the *thread* that started the process ends, so a sandbox started by a
+    short-lived thread (a request's, a pool's) would be killed with it."""
+    def start() -> subprocess.Popen[bytes]:
+        proc: subprocess.Popen[bytes] = subprocess.Popen(list(argv), **popen)
+        return proc
+
+    return _spawner().submit(start).result()
+
+
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}  # by pid: a forked child makes its own
+_SPAWNERS_LOCK = threading.Lock()
+
+
+def _spawner() -> ThreadPoolExecutor:
+    with _SPAWNERS_LOCK:
+        found = _SPAWNERS.get(os.getpid())
+        if found is None:
+            found = _SPAWNERS[os.getpid()] = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="sandbox-spawner")
+        return found
+
+
 def kill_sandbox(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a bubblewrap sandbox started in its own session (`proc` is its bwrap): its
     pid 1 first (the pid namespace dies with it, and bwrap reaps it, so no orphan is
@@ -681,6 +709,25 @@ class BubblewrapSandbox(Sandbox):
             _give_tree(real, *self.ids())
         argv = self.build_argv(command, real, limits, env, checked)
         return _result(_supervise(argv, limits, kill_sandbox), limits)
+
+    def start(self, command: str, workspace: Path, limits: Limits | None = None,
+              env: dict[str, str] | None = None, binds: Sequence[Bind] = ()
+              ) -> subprocess.Popen[bytes]:
+        """Start `command` in the sandbox ``run`` would make for it and hand back the
+        running sandbox, for a caller that keeps it (a verifier server): stdin, stdout and
+        stderr are pipes, it runs in a session of its own (``kill_sandbox`` ends it), and
+        the rlimits are its only limits; timeouts and output caps are the caller's. Started
+        by ``popen_long_lived``, so it outlives the calling thread."""
+        limits = limits or Limits()
+        _check_command(command, env)
+        real = _check_workspace(workspace, self.system_paths)
+        checked = _check_binds(binds, self.system_paths)
+        if self.privileged:
+            _give_tree(real, *self.ids())
+        argv = self.build_argv(command, real, limits, env, checked)
+        return popen_long_lived(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                close_fds=True, env=dict(_HOST_ENV))
 
 
 # ---------------------------------------------------------------------------------------

@@ -53,7 +53,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +72,7 @@ from envs.sandbox import (
     bwrap_argv,
     find_sandbox_tools,
     kill_sandbox,
+    popen_long_lived,
     sandbox_ids,
 )
 from worldstore.canonical import digest
@@ -391,32 +391,13 @@ _Started = tuple[subprocess.Popen[bytes], socket.socket, Any]  # process, contro
 
 def _spawn(argv: Callable[[int], list[str]]) -> _Started:
     """Start one worker process (no code loaded yet): its process, our end of its control
-    socket and its log file. Started by one long-lived thread of this process: bubblewrap's
-    ``--die-with-parent`` is the parent-death signal, which Linux sends when the *thread*
-    that started the process ends, so a worker started by a short-lived thread (a request's,
-    a pool's) would be killed with it."""
-    return _spawner().submit(_spawn_here, argv).result()
-
-
-_SPAWNERS: dict[int, ThreadPoolExecutor] = {}  # by pid: a forked child makes its own
-_SPAWNERS_LOCK = threading.Lock()
-
-
-def _spawner() -> ThreadPoolExecutor:
-    with _SPAWNERS_LOCK:
-        found = _SPAWNERS.get(os.getpid())
-        if found is None:
-            found = _SPAWNERS[os.getpid()] = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="app-worker-spawner")
-        return found
-
-
-def _spawn_here(argv: Callable[[int], list[str]]) -> _Started:
+    socket and its log file. ``popen_long_lived`` starts it, so that it outlives the thread
+    that asked for it."""
     log_file = tempfile.TemporaryFile()  # noqa: SIM115 - lives with the worker
     # Datagrams keep each request's descriptors with its own message.
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        proc = subprocess.Popen(
+        proc = popen_long_lived(
             argv(theirs.fileno()), stdin=subprocess.DEVNULL, stdout=log_file,
             stderr=log_file, start_new_session=True, close_fds=True,
             pass_fds=(theirs.fileno(),), env={"PATH": "/usr/bin:/bin"})

@@ -135,7 +135,7 @@ def initially_unsatisfied(env: Environment, task: Task) -> GateResult:
     """Gate 2: V(W0, W0, empty answer) = 0, from a verifier that ran cleanly."""
     gate = GATES[1]
     w0 = task_w0(env.worlds, task)
-    verdict = run_verifier(task.verifier_dir, w0, w0, "")
+    verdict = run_verifier(task.verifier_dir, w0, w0, "", scratch=env.worlds.cache.tmp)
     evidence = {"checks": [[c.script, c.name, c.passed] for c in verdict.checks],
                 "errors": verdict.errors}
     if verdict.is_error:

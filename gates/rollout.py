@@ -50,7 +50,7 @@ def grade(env: Environment, task: Task, instance: Instance, answer: str | None) 
     """V(W0, W, a) with W0 the task's snapshot and W the instance as it is now."""
     instance.hash()  # closes the instance's connections and copies every part: W is whole
     return run_verifier(task.verifier_dir, task_w0(env.worlds, task), instance.mount.path,
-                        answer)
+                        answer, scratch=env.worlds.cache.tmp)
 
 
 @contextlib.contextmanager
@@ -77,7 +77,8 @@ def verify_episode_of_task(worlds: Worlds, task: Task, episode_id: str, *,
     episode = load_episode(worlds, episode_id)
     with episode_worlds(worlds, task, episode) as (w0, w):
         return run_verifier(task.verifier_dir, w0, w,
-                            answer if answer is not None else episode.answer)
+                            answer if answer is not None else episode.answer,
+                            scratch=worlds.cache.tmp)
 
 
 def task_w0(worlds: Worlds, task: Task) -> Path:

@@ -31,6 +31,12 @@ Scripts never run in this process, and the driver writes a start marker to its s
 before the first script starts, so a sandbox that failed to start is told apart from a
 script that failed however it likes.
 
+With ``scratch`` (a directory on the worlds' file system) a run goes to a verifier
+server instead (``gates.verifier_server``): the same driver in a sandbox kept from run to
+run, the run staged where it sees it, and its outcome judged by the same code below, so
+the verdict is the one a sandbox of its own gives; runs a server cannot give that verdict
+for still get a sandbox of their own.
+
 ``run_awm_verify(code, initial_db, final_db)`` runs AWM-style verification code
 (``verify_task(initial_db_path, final_db_path) -> dict``) in the same sandbox: the dict's
 booleans become checks, its other values evidence. ``verifier_digests(verifier_dir)``
@@ -71,6 +77,7 @@ from envs.sandbox import (
 )
 from gates.contract import Check, ScriptResult, Verdict
 from gates.errors import TaskError
+from gates.verifier_server import ServerSetup, run_served
 from replay.files import chmod_tree
 from replay.layout import check_world_dir
 
@@ -203,7 +210,8 @@ def script_names(verifier_dir: Path) -> list[str]:
 
 def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
                  limits: Limits | None = None, sandbox: Sandbox | None = None,
-                 writable_verifier: bool = False, parallel: int = MAX_PARALLEL) -> Verdict:
+                 writable_verifier: bool = False, parallel: int = MAX_PARALLEL,
+                 scratch: Path | None = None) -> Verdict:
     """V(W0, W, a): run every script of `verifier_dir` in the sandbox and collect the
     checklist. Up to `parallel` scripts run at once; the result is in name order.
 
@@ -211,7 +219,10 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
     cached snapshot and an instance's mount after ``Instance.hash()``; `answer` None reaches
     the scripts as "". `writable_verifier` binds the folder read-write (the counterfactual
     probe then compares ``verifier_digests`` before and after); the sandbox uid can still
-    write only what the files' permissions let others write.
+    write only what the files' permissions let others write. `scratch`: a directory on
+    the worlds' file system (a snapshot cache's ``tmp``) where a verifier server may stage
+    the run (``gates.verifier_server``: the same verdict without a sandbox start per run);
+    None runs it in a sandbox of its own.
     """
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, not {parallel}")
@@ -226,6 +237,22 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
     box = sandbox or default_sandbox()
     lim = limits or VERIFIER_LIMITS
     whole = _run_limits(lim, len(names), parallel)
+    served = None
+    if scratch is not None and not writable_verifier:
+        served = run_served(box, lim, scratch, _server_setup(), verifier_dir, w0, w, answer,
+                            _driver_config(names, lim, parallel), whole)
+    shell = served if served is not None else _run_alone(
+        box, verifier_dir, w0, w, answer, names, lim, whole, parallel, writable_verifier)
+    results = _results(names, shell, lim, whole)
+    checks = [check for result in results for check in result.checks]
+    errors = [result.error for result in results if result.error is not None]
+    return Verdict(checks=checks, scripts=results, errors=errors)
+
+
+def _run_alone(box: Sandbox, verifier_dir: Path, w0: Path, w: Path, answer: str | None,
+               names: list[str], lim: Limits, whole: Limits, parallel: int,
+               writable_verifier: bool) -> ShellResult:
+    """One run in a sandbox of its own, the worlds and the verifier bound in."""
     with tempfile.TemporaryDirectory(prefix="agentworlds-verifier-") as staging:
         answer_file = Path(staging) / "answer.txt"
         answer_file.write_text(answer or "", encoding="utf-8")
@@ -235,11 +262,24 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
                  Bind(verifier_dir, VERIFIER_AT, writable=writable_verifier)]
         env = {**_python_env(), "AW_W0": W0_AT, "AW_W": W_AT, "AW_ANSWER": ANSWER_AT}
         argv = driver_argv(_sandbox_python(), names, lim, parallel)
-        shell = _run_in_scratch(box, shlex.join(["exec", *argv]), whole, env, binds)
-    results = _results(names, shell, lim, whole)
-    checks = [check for result in results for check in result.checks]
-    errors = [result.error for result in results if result.error is not None]
-    return Verdict(checks=checks, scripts=results, errors=errors)
+        return _run_in_scratch(box, shlex.join(["exec", *argv]), whole, env, binds)
+
+
+def _server_setup() -> ServerSetup:
+    config = {"serve": True, "sdk": SDK_AT, "verifier": VERIFIER_AT, "marker": STARTED}
+    return ServerSetup(
+        argv=[_sandbox_python(), "-I", "-S", "-B", "-c", DRIVER, json.dumps(config)],
+        env={**_python_env(), "AW_W0": W0_AT, "AW_W": W_AT, "AW_ANSWER": ANSWER_AT},
+        binds=_python_binds(),
+        targets={"w0": W0_AT, "w": W_AT, "verifier": VERIFIER_AT, "answer": ANSWER_AT},
+        marker=STARTED)
+
+
+def _driver_config(names: Sequence[str], limits: Limits, parallel: int) -> dict[str, object]:
+    """What the driver needs to run one set of scripts, in a one-run sandbox or a server."""
+    return {"scripts": list(names), "timeout_s": limits.timeout_s,
+            "cap": limits.max_output_bytes,
+            "kill_at": OUTPUT_KILL_FACTOR * limits.max_output_bytes, "parallel": parallel}
 
 
 def driver_argv(python: str, names: Sequence[str], limits: Limits, parallel: int, *,
@@ -248,10 +288,8 @@ def driver_argv(python: str, names: Sequence[str], limits: Limits, parallel: int
     `names` of `verifier_dir` with the SDK in `sdk_dir`, at most `parallel` at once, each
     within ``limits.timeout_s`` and ``limits.max_output_bytes`` per stream. What it prints
     is read by ``read_driver_output``; outside a sandbox (benchmarks) it runs as well."""
-    config = {"scripts": list(names), "sdk": sdk_dir, "verifier": verifier_dir,
-              "timeout_s": limits.timeout_s, "cap": limits.max_output_bytes,
-              "kill_at": OUTPUT_KILL_FACTOR * limits.max_output_bytes,
-              "parallel": parallel, "marker": STARTED}
+    config = {**_driver_config(names, limits, parallel), "sdk": sdk_dir,
+              "verifier": verifier_dir, "marker": STARTED}
     return [python, "-I", "-S", "-B", "-c", DRIVER, json.dumps(config)]
 
 

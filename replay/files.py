@@ -13,6 +13,7 @@ a write through one link would change every world sharing it.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import shutil
@@ -207,6 +208,41 @@ def copy_tree(src: Path, dst: Path) -> None:
         else:
             raise WorldDirError(f"{entry.path}: a {entry.kind}; a world holds only regular "
                                 "files, directories and symlinks")
+
+
+def link_tree(src: Path, dst: Path, *, max_entries: int) -> bool:
+    """Fill the empty directory `dst` with a hardlinked view of the tree at `src`, for a
+    reader that sees `dst` through a read-only bind (a verifier server): directories are
+    made anew with their source's mode and, as root, its owner; every other entry (a
+    file, a symlink, a FIFO...) is linked, never followed nor opened. `dst` itself gets
+    `src`'s mode and owner. A write through a link would change `src`: never for a view
+    anyone may write.
+
+    False, `dst` partly filled, when the tree holds more than `max_entries` entries or an
+    entry cannot be linked here (another file system, a file the caller may not link);
+    a tree deeper than the walks allow raises WorldDirError."""
+    made: list[tuple[Path, os.stat_result]] = [(dst, os.lstat(src))]
+    count = 0
+    for entry in walk(src, max_entries=max_entries + 1):
+        count += 1
+        if count > max_entries:
+            return False
+        target = dst / entry.rel
+        if entry.kind == DIR:
+            os.mkdir(target, 0o700)
+            made.append((target, entry.stat))
+            continue
+        try:
+            os.link(entry.path, target, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                return False
+            raise
+    for path, st in reversed(made):  # modes last: a closed directory was filled first
+        if os.geteuid() == 0:
+            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+        os.chmod(path, stat.S_IMODE(st.st_mode))
+    return True
 
 
 def chmod_tree(top: Path, *, dirs: int | None = None, files: int | None = None) -> None:

@@ -242,3 +242,57 @@ def test_stores_created_at_once_by_threads_are_each_created_at_head(tmp_path: An
     with ThreadPoolExecutor(max_workers=6) as pool:
         revisions = list(pool.map(create, range(12)))
     assert revisions == [[head_revision()]] * 12
+
+
+def _schema(path: Any) -> list[Any]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return [conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                             "ORDER BY type, name").fetchall(),
+                conn.execute("SELECT version_num FROM alembic_version").fetchall(),
+                conn.execute("PRAGMA journal_mode").fetchall(),
+                conn.execute("PRAGMA user_version").fetchall()]
+    finally:
+        conn.close()
+
+
+def test_a_new_sqlite_store_is_the_migrations_own_result(tmp_path: Any) -> None:
+    """New embedded stores are copies of one empty store the migrations made once per
+    process (worldstore.open): the copy must be what the migrations make of a store."""
+    from worldstore.migrate import migrate
+    from worldstore.open import STORE_DB
+    from worldstore.sqlstore import create_engine_for
+
+    copied = open_event_store(str(tmp_path / "copied"))
+    copied.close()
+    migrated_at = tmp_path / "migrated.sqlite"
+    engine = create_engine_for(str(migrated_at))
+    try:
+        migrate(engine, str(migrated_at))
+    finally:
+        engine.dispose()
+    assert _schema(tmp_path / "copied" / STORE_DB) == _schema(migrated_at)
+    assert sorted(p.name for p in (tmp_path / "copied").iterdir()) == [STORE_DB]
+
+
+def test_one_store_created_at_once_by_threads_is_created_once(tmp_path: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create_and_write(i: int) -> None:
+        store = open_event_store(str(tmp_path / "shared"))
+        try:
+            if i == 0:
+                append(store, build_day("lars", 0, first_seq=0, prev=GENESIS))
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(create_and_write, range(12)))
+    store = open_event_store(str(tmp_path / "shared"))
+    try:
+        assert revision(store) == [head_revision()]
+        assert raw_rows(store)["personas"]  # the one write was never overwritten by a copy
+    finally:
+        store.close()

@@ -53,6 +53,7 @@ from gates.verifier import (
     script_names,
     verifier_digests,
 )
+from gates.verifier_server import close_servers, jobs_served
 from replay.engine import Worlds
 from replay.errors import WorldDirError
 from replay.files import chmod_tree
@@ -106,6 +107,28 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
 @pytest.fixture(scope="module")
 def w0(worlds: Worlds) -> Path:
     return worlds.snapshot("lars", 7)
+
+
+class Mode:
+    """How a test's runs are made: each in a sandbox of its own ("alone"), or on a
+    verifier server staging in the store's scratch area ("served"), which must give the
+    same verdicts; `check` says the server did take them."""
+
+    def __init__(self, name: str, scratch: Path | None) -> None:
+        self.name = name
+        self.scratch = scratch
+        self.served_before = jobs_served()
+
+    def check(self) -> None:
+        taken = jobs_served() - self.served_before
+        assert (taken > 0) == (self.scratch is not None), (self.name, taken)
+
+
+@pytest.fixture(params=["alone", "served"])
+def mode(request: pytest.FixtureRequest, worlds: Worlds) -> Iterator[Mode]:
+    chosen = Mode(request.param, worlds.cache.tmp if request.param == "served" else None)
+    yield chosen
+    chosen.check()
 
 
 def _agent_was_here(world: Path) -> None:
@@ -171,6 +194,7 @@ def _uid_processes(uid: int) -> list[int]:
 
 
 def _assert_no_processes(uid: int) -> None:
+    close_servers()  # an idle verifier server is a driver of that uid, waiting by design
     give_up = time.monotonic() + 3.0
     while _uid_processes(uid) and time.monotonic() < give_up:
         time.sleep(0.05)
@@ -227,10 +251,10 @@ def _names(verdict: Verdict) -> list[tuple[str, str, bool]]:
     return [(c.script, c.name, c.passed) for c in verdict.checks]
 
 
-def test_a_met_checklist_passes_in_script_then_text_order(box: BubblewrapSandbox, w0: Path,
-                                                          w: Path, tmp_path: Path) -> None:
+def test_a_met_checklist_passes_in_script_then_text_order(
+        box: BubblewrapSandbox, w0: Path, w: Path, tmp_path: Path, mode: Mode) -> None:
     verifier = _verifier(tmp_path / "verifier", CHECKLIST)
-    verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box)
+    verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, scratch=mode.scratch)
     assert verdict.errors == []
     assert [s.script for s in verdict.scripts] == ["a_files.py", "b_records.py"]
     assert _names(verdict) == [
@@ -244,36 +268,38 @@ def test_a_met_checklist_passes_in_script_then_text_order(box: BubblewrapSandbox
 
 
 def test_one_failed_check_fails_the_verdict_without_an_error(
-        box: BubblewrapSandbox, w0: Path, w: Path, tmp_path: Path) -> None:
+        box: BubblewrapSandbox, w0: Path, w: Path, tmp_path: Path, mode: Mode) -> None:
     verifier = _verifier(tmp_path / "verifier", CHECKLIST)
-    verdict = run_verifier(verifier, w0, w, "I did nothing about it.", sandbox=box)
+    verdict = run_verifier(verifier, w0, w, "I did nothing about it.", sandbox=box,
+                           scratch=mode.scratch)
     assert not verdict.passed and not verdict.is_error
     assert verdict.satisfied == 5
     assert [c.name for c in verdict.checks if not c.passed] == ["answer_mentions_fjord"]
 
 
 def test_the_initial_world_does_not_satisfy_the_task(box: BubblewrapSandbox, w0: Path,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, mode: Mode) -> None:
     """Gate 2's question, V(W0, W0, no answer): the runner answers it like any other."""
     verifier = _verifier(tmp_path / "verifier", CHECKLIST)
-    verdict = run_verifier(verifier, w0, w0, None, sandbox=box)
+    verdict = run_verifier(verifier, w0, w0, None, sandbox=box, scratch=mode.scratch)
     assert not verdict.passed and not verdict.is_error
     assert [c.name for c in verdict.checks if c.passed] == ["report_is_new",
                                                           "nothing_else_in_chat"]
 
 
 def test_results_keep_name_order_whatever_finishes_first(box: BubblewrapSandbox, w0: Path,
-                                                         tmp_path: Path) -> None:
+                                                         tmp_path: Path, mode: Mode) -> None:
     slow_first = {f"{i}_s.py": f"import time, awsdk\ntime.sleep({0.4 - 0.1 * i})\n"
                                f"awsdk.result(script_{i}=True)\n" for i in range(4)}
     slow_first["4_s.py"] = "import awsdk\nawsdk.result(script_4=True)\n"
-    verdict = run_verifier(_verifier(tmp_path / "v", slow_first), w0, w0, None, sandbox=box)
+    verdict = run_verifier(_verifier(tmp_path / "v", slow_first), w0, w0, None, sandbox=box,
+                           scratch=mode.scratch)
     assert [c.name for c in verdict.checks] == [f"script_{i}" for i in range(5)]
     assert verdict.passed
 
 
-def test_scripts_see_the_answer_the_sdk_and_nothing_else(box: BubblewrapSandbox, w0: Path,
-                                                         w: Path, tmp_path: Path) -> None:
+def test_scripts_see_the_answer_the_sdk_and_nothing_else(
+        box: BubblewrapSandbox, w0: Path, w: Path, tmp_path: Path, mode: Mode) -> None:
     system = {Path(path).name for path in box.system_paths if os.path.lexists(path)}
     root = sorted(system | {"answer.txt", "dev", "opt", "proc", "sdk", "tmp", "var",
                             "verifier", "w", "w0", "workspace"})
@@ -304,13 +330,13 @@ def test_scripts_see_the_answer_the_sdk_and_nothing_else(box: BubblewrapSandbox,
     """
     verifier = _verifier(tmp_path / "verifier", {"probe.py": probe})
     for answer, fails in ((ANSWER, ["answer_empty"]), (None, ["answer_given"])):
-        verdict = run_verifier(verifier, w0, w, answer, sandbox=box)
+        verdict = run_verifier(verifier, w0, w, answer, sandbox=box, scratch=mode.scratch)
         assert verdict.errors == [], verdict.scripts[0].stderr_tail
         assert [c.name for c in verdict.checks if not c.passed] == fails
 
 
 def test_worlds_under_directories_closed_to_the_sandbox_user_are_reachable(
-        box: BubblewrapSandbox, w0: Path, tmp_path: Path) -> None:
+        box: BubblewrapSandbox, w0: Path, tmp_path: Path, mode: Mode) -> None:
     """pytest's tmp root is 0700 root; the privileged bwrap binds through it, and the
     world inside is 0755 / 0644, so the sandbox uid reads it."""
     if os.geteuid() != 0:
@@ -319,7 +345,7 @@ def test_worlds_under_directories_closed_to_the_sandbox_user_are_reachable(
     assert closed, "expected a 0700 directory above pytest's tmp_path"
     script = "import awsdk\nws = awsdk.worlds()\nawsdk.result(reads=bool(awsdk.files(ws.w)))\n"
     verdict = run_verifier(_verifier(tmp_path / "v", {"x.py": script}), w0, w0, None,
-                           sandbox=box)
+                           sandbox=box, scratch=mode.scratch)
     assert verdict.passed, verdict.errors
 
 
@@ -429,18 +455,24 @@ def listener() -> Iterator[socket.socket]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def hostile(box: BubblewrapSandbox, open_worlds: tuple[Path, Path], listener: socket.socket,
+@pytest.fixture(scope="module", params=["alone", "served"])
+def hostile(request: pytest.FixtureRequest, box: BubblewrapSandbox,
+            open_worlds: tuple[Path, Path], listener: socket.socket,
             tmp_path_factory: pytest.TempPathFactory) -> tuple[Verdict, dict[str, str],
                                                                 dict[str, str]]:
-    """The whole corpus as one verifier folder, run once (four at a time)."""
+    """The whole corpus as one verifier folder, run once (four at a time), in a sandbox
+    of its own and on a verifier server."""
     w0, w = open_worlds
     port = listener.getsockname()[1]
     verifier = _verifier(tmp_path_factory.mktemp("hostile") / "verifier", {
         name: source.replace("PORT", str(port)) for name, (source, _) in HOSTILE.items()})
     _open_to_all(verifier)
     before = {"w0": _hash(w0), "w": _hash(w), **verifier_digests(verifier)}
-    verdict = run_verifier(verifier, w0, w, ANSWER, limits=FAST, sandbox=box)
+    scratch = tmp_path_factory.mktemp("scratch") if request.param == "served" else None
+    served = jobs_served()
+    verdict = run_verifier(verifier, w0, w, ANSWER, limits=FAST, sandbox=box,
+                           scratch=scratch)
+    assert (jobs_served() > served) == (scratch is not None)
     after = {"w0": _hash(w0), "w": _hash(w), **verifier_digests(verifier)}
     return verdict, before, after
 
@@ -520,7 +552,7 @@ def test_a_fork_bomb_and_a_hang_do_not_stop_the_other_scripts(w0: Path, tmp_path
 
 
 def test_what_a_script_leaves_behind_is_killed_when_it_ends(box: BubblewrapSandbox, w0: Path,
-                                                            tmp_path: Path) -> None:
+                                                            tmp_path: Path, mode: Mode) -> None:
     """One at a time: the first script leaves a process in its group and one in a session
     of its own, both holding its stdout; neither delays its verdict or outlives it."""
     leaver = """
@@ -542,7 +574,8 @@ def test_what_a_script_leaves_behind_is_killed_when_it_ends(box: BubblewrapSandb
         awsdk.result(nothing_left=sleeping == [])
     """
     verifier = _verifier(tmp_path / "v", {"a_leaver.py": leaver, "b_looker.py": looker})
-    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=1)
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box,
+                           scratch=mode.scratch, parallel=1)
     assert verdict.errors == []
     assert _names(verdict) == [("a_leaver.py", "left_two", True),
                                ("b_looker.py", "nothing_left", True)]
@@ -595,12 +628,13 @@ VICTIM = """
 
 
 def test_a_script_cannot_write_another_scripts_report(box: BubblewrapSandbox, w0: Path,
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, mode: Mode) -> None:
     """The forger runs beside its victim and tries every way to the driver's report: the
     driver's stdout and memory through /proc, the sandbox's pid 1, any descriptor of any
     process. Each is refused, so the victim's own verdict stands."""
     verifier = _verifier(tmp_path / "v", {"a_forger.py": FORGER, "b_victim.py": VICTIM})
-    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=2)
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box,
+                           scratch=mode.scratch, parallel=2)
     assert verdict.errors == [], verdict.scripts
     assert _names(verdict) == [
         ("a_forger.py", "driver_stdout_refused", True),
@@ -612,7 +646,7 @@ def test_a_script_cannot_write_another_scripts_report(box: BubblewrapSandbox, w0
 
 
 def test_a_script_cannot_add_to_another_scripts_output_once_it_ended(
-        box: BubblewrapSandbox, w0: Path, tmp_path: Path) -> None:
+        box: BubblewrapSandbox, w0: Path, tmp_path: Path, mode: Mode) -> None:
     """A program another script runs is an ordinary process (exec makes it dumpable), so
     the intruder can take the victim's stdout from it; once the victim has ended, writing
     its verdict line there fails: the driver took the victim's output and closed it."""
@@ -655,7 +689,8 @@ def test_a_script_cannot_add_to_another_scripts_output_once_it_ended(
         awsdk.result(took_its_stdout=fd is not None, late_line_refused=refused)
     """
     verifier = _verifier(tmp_path / "v", {"a_victim.py": victim, "b_intruder.py": intruder})
-    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=2)
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box,
+                           scratch=mode.scratch, parallel=2)
     assert verdict.errors == [], verdict.scripts
     assert _names(verdict) == [("a_victim.py", "victim_ok", False),
                                ("b_intruder.py", "took_its_stdout", True),
@@ -663,13 +698,14 @@ def test_a_script_cannot_add_to_another_scripts_output_once_it_ended(
 
 
 def test_a_script_that_kills_the_driver_leaves_the_rest_unjudged(
-        box: BubblewrapSandbox, w0: Path, tmp_path: Path) -> None:
+        box: BubblewrapSandbox, w0: Path, tmp_path: Path, mode: Mode) -> None:
     """Signals between processes of one uid cannot be refused: the scripts reported before
     the kill keep their verdicts, the rest are errors, and nothing is left running."""
     killer = "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(30)\n"
     verifier = _verifier(tmp_path / "v", {"a_ok.py": OK_SCRIPT, "b_killer.py": killer,
                                           "c_ok.py": OK_SCRIPT})
-    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box, parallel=1)
+    verdict = run_verifier(verifier, w0, w0, None, limits=FAST, sandbox=box,
+                           scratch=mode.scratch, parallel=1)
     assert _names(verdict) == [("a_ok.py", "judged", True)]
     assert [e.split(": ")[:2] for e in verdict.errors] == [
         ["verifier script b_killer.py", "not judged"], ["verifier script c_ok.py", "not judged"]]
@@ -689,11 +725,11 @@ SELF_EDIT = """
 
 
 def test_a_read_only_verifier_cannot_edit_itself(box: BubblewrapSandbox, w0: Path,
-                                                 tmp_path: Path) -> None:
+                                                 tmp_path: Path, mode: Mode) -> None:
     verifier = _verifier(tmp_path / "v", {"check.py": SELF_EDIT})
     _open_to_all(verifier)
     before = verifier_digests(verifier)
-    verdict = run_verifier(verifier, w0, w0, None, sandbox=box)
+    verdict = run_verifier(verifier, w0, w0, None, sandbox=box, scratch=mode.scratch)
     assert verdict.is_error and "Read-only file system" in verdict.scripts[0].stderr_tail
     assert verifier_digests(verifier) == before
 
@@ -846,15 +882,15 @@ def test_a_sandbox_that_cannot_start_python_raises(box: BubblewrapSandbox, w0: P
 
 
 def test_the_verdict_does_not_depend_on_parallelism(box: BubblewrapSandbox, w0: Path, w: Path,
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, mode: Mode) -> None:
     verifier = _verifier(tmp_path / "verifier", {**CHECKLIST, "c_broken.py": "print('hi')\n"})
-    one = run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=1)
-    four = run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=4)
+    one = run_verifier(verifier, w0, w, ANSWER, sandbox=box, scratch=mode.scratch, parallel=1)
+    four = run_verifier(verifier, w0, w, ANSWER, sandbox=box, scratch=mode.scratch, parallel=4)
     assert (one.checks, one.errors) == (four.checks, four.errors)
     assert one.errors == ["verifier script c_broken.py: printed no RESULT_JSON= line on stdout"]
     assert one.n == 6 and one.satisfied == 6 and not one.passed  # an error is never a pass
     with pytest.raises(ValueError, match="parallel must be >= 1"):
-        run_verifier(verifier, w0, w, ANSWER, sandbox=box, parallel=0)
+        run_verifier(verifier, w0, w, ANSWER, sandbox=box, scratch=mode.scratch, parallel=0)
 
 
 def _record(name: str, stdout: str) -> str:
@@ -1122,14 +1158,14 @@ def _docstring_example() -> str:
 
 
 def test_the_sdk_docstring_example_runs(box: BubblewrapSandbox, w0: Path, w: Path,
-                                        tmp_path: Path) -> None:
+                                        tmp_path: Path, mode: Mode) -> None:
     example = _docstring_example()
     assert example.startswith("import awsdk") and "awsdk.result(" in example
     verifier = _verifier(tmp_path / "verifier", {"10_note_renamed.py": example})
-    verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box)
+    verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, scratch=mode.scratch)
     assert verdict.passed, (verdict.errors, verdict.checks)
     assert verdict.n == 4
-    assert not run_verifier(verifier, w0, w0, None, sandbox=box).passed
+    assert not run_verifier(verifier, w0, w0, None, sandbox=box, scratch=mode.scratch).passed
 
 
 def test_the_sdk_is_standard_library_only() -> None:

@@ -13,7 +13,12 @@ imported only when a store is actually opened, so that importing this module (an
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +56,8 @@ def open_event_store(location: str | os.PathLike[str], *, create: bool = True) -
             raise NotFoundError(f"no store at {root} (create one with `worldctl import FILE`)")
         root.mkdir(parents=True, exist_ok=True)
         url = str(root / STORE_DB)
+        if not os.path.lexists(url) and not os.path.lexists(url + "-wal"):
+            _new_sqlite_store(Path(url))
         engine = _engine(url)
     try:
         _bring_to_head(engine, url)
@@ -58,6 +65,61 @@ def open_event_store(location: str | os.PathLike[str], *, create: bool = True) -
         engine.dispose()
         raise
     return SqlEventStore(engine, redact(url))
+
+
+def _new_sqlite_store(path: Path) -> None:
+    """Make a new embedded store as a copy of an empty one migrated once per process: the
+    migrations' ~20 ms (alembic reading its scripts, each DDL statement committed) are paid
+    once, not per store, and the copy is the migrations' own result byte for byte. The
+    copy is written and fsynced under a temporary name, then linked into place, so a
+    store that another process made meanwhile is kept, and a crash leaves no half store.
+    Where anything of it fails, the store is left for the migrations to make."""
+    try:
+        template = _store_template()
+        staged = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+        shutil.copyfile(template, staged)
+        try:
+            fd = os.open(staged, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):
+                os.link(staged, path)
+        finally:
+            os.unlink(staged)
+    except (OSError, StoreError):
+        return
+
+
+_TEMPLATE_LOCK = threading.Lock()
+_TEMPLATES: dict[int, Path] = {}  # by pid: a forked child makes its own
+
+
+def _store_template() -> Path:
+    with _TEMPLATE_LOCK:
+        found = _TEMPLATES.get(os.getpid())
+        if found is not None and found.is_file():
+            return found
+        folder = Path(tempfile.mkdtemp(prefix="agentworlds-store-template-"))
+        atexit.register(_remove_template, folder, os.getpid())
+        engine = _engine(str(folder / STORE_DB))
+        try:
+            _bring_to_head(engine, str(folder / STORE_DB))
+            with engine.connect() as conn:  # everything into the main file, no -wal left
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            engine.dispose()
+        for leftover in (STORE_DB + "-wal", STORE_DB + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder / leftover)
+        _TEMPLATES[os.getpid()] = folder / STORE_DB
+        return folder / STORE_DB
+
+
+def _remove_template(folder: Path, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _engine(url: str) -> Engine:

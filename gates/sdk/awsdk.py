@@ -424,25 +424,181 @@ _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
 _SIGKILL = 9  # the signal module costs a few ms of enum building to import
 _RETRY_S = 0.01  # how soon a fork that found no process to spare is tried again
 _GRACE_S = 1.0  # how long a killed script may take to be gone before it is killed again
+_RLIMIT_MSGQUEUE, _IPC_RMID = 12, 0
+_WRITABLE = ("/tmp", "/dev/shm", "/workspace")  # in a verifier sandbox
 
 
 def _drive(config: Mapping[str, Any]) -> None:
     """Run the scripts named in `config` (see ``gates.verifier.driver_argv``); write one
-    record per script on stdout, in the order they finish."""
+    record per script on stdout, in the order they finish. With ``config["serve"]`` (see
+    ``gates.verifier_server``), run job after job read from stdin instead."""
+    libc = _set_up(config)
+    if config.get("serve"):
+        _serve(config, libc)
+    else:
+        _Driver(config).run()
+    os._exit(0)  # every record is written (unbuffered); interpreter teardown is waste
+
+
+def _set_up(config: Mapping[str, Any]) -> Any:
+    """What the driver is before the first script: not dumpable, the subreaper of every
+    process its scripts start, no POSIX message queue to make (one would outlive its maker
+    in a server's IPC namespace), the common imports done, the start marker written."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1)):
         if libc.prctl(option, value, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+    limit = (ctypes.c_ulong * 2)(0, 0)
+    if libc.setrlimit(_RLIMIT_MSGQUEUE, limit) != 0:
+        raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_MSGQUEUE, 0) failed")
     for name in _PRELOAD:
         try:
             __import__(name)
         except Exception:  # a script importing it meets the same error itself
             continue
     os.write(2, (str(config["marker"]) + "\n").encode())
-    _Driver(config).run()
-    os._exit(0)  # every record is written (unbuffered); interpreter teardown is waste
+    return libc
+
+
+# --- serving: one sandbox for job after job (gates.verifier_server) -----------------------
+#
+# The runner stages each job's worlds, verifier and answer where this sandbox sees them
+# (/w0, /w, /verifier, /answer.txt) and writes one JSON line per job on stdin; the driver
+# runs the job's scripts exactly as a one-run driver would, then ends every process they
+# left, empties every place they could write (/tmp, /dev/shm, /workspace) and removes
+# their System V IPC objects, so the next job starts from what a fresh sandbox holds. Its
+# last line per job says whether that succeeded; a server that could not clean up is not
+# given another job. stdin is the driver's alone: a script's stdin is /dev/null.
+
+
+def _serve(config: Mapping[str, Any], libc: Any) -> None:
+    import importlib
+
+    # The places a script may write, as the sandbox made them.
+    modes = {top: os.lstat(top).st_mode & 0o7777 for top in _WRITABLE}
+    _Driver._emit({"ready": sorted({name.partition(".")[0] for name in sys.modules})})
+    for job in _jobs():
+        importlib.invalidate_caches()  # /verifier holds other files now
+        _Driver({**job, "verifier": config["verifier"]}).run()
+        problems = _scrub(libc, modes)
+        times = os.times()
+        _Driver._emit({"done": job["id"], "problems": problems,
+                       "cpu_s": round(times.user + times.system, 3)})
+
+
+def _jobs() -> Iterable[dict[str, Any]]:
+    """The job lines on stdin, until it closes."""
+    pending = b""
+    while True:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            yield json.loads(line)
+
+
+def _scrub(libc: Any, modes: Mapping[str, int]) -> list[str]:
+    """Undo what a job's scripts left: their processes, their files, their IPC objects.
+    What could not be undone, in words (empty when all was)."""
+    problems = []
+    if not _end_every_process():
+        problems.append("processes a script started outlived every kill")
+    for top, mode in modes.items():
+        try:
+            _empty(top, mode)
+        except OSError as exc:
+            problems.append(f"{top} could not be emptied: {exc}")
+    problems += _remove_ipc(libc)
+    return problems
+
+
+def _end_every_process() -> bool:
+    """SIGKILL every descendant (as subreaper the driver adopts every orphan, so that is
+    every process a script started) and reap them; False if some keep appearing."""
+    import time
+
+    me = os.getpid()
+    for _ in range(200):
+        found, todo = [], [me]
+        while todo:
+            kids = _children(todo.pop())
+            found += kids
+            todo += kids
+        _reap_exited()
+        if not found:
+            return True
+        for pid in found:
+            _kill(pid, _SIGKILL, group=False)
+        time.sleep(0.001)
+        _reap_exited()
+    return False
+
+
+def _reap_exited() -> None:
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            return
+        if info is None or info.si_pid == 0:
+            return
+
+
+def _empty(top: str, mode: int) -> None:
+    """Remove everything under `top`, which stays, with its mode `mode` again:
+    iteratively (any depth), never following a symlink, opening to the owner what a script
+    closed (everything here is the sandbox uid's, or the script could not have made it)."""
+    _chmod_if_ours(top, 0o700)
+    pending = [top]
+    made = []
+    while pending:
+        here = pending.pop()
+        if here != top:
+            os.chmod(here, 0o700)
+            made.append(here)
+        with os.scandir(here) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                else:
+                    os.unlink(entry.path)
+    for here in reversed(made):
+        os.rmdir(here)
+    _chmod_if_ours(top, mode)
+
+
+def _chmod_if_ours(path: str, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except PermissionError:  # not the sandbox uid's: then no script changed it either
+        return
+
+
+def _remove_ipc(libc: Any) -> list[str]:
+    """Remove every System V shared memory segment, semaphore set and message queue of
+    this IPC namespace (the sandbox's own)."""
+    problems = []
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}", "rb") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            ident = int(row.split()[1])
+            if kind == "shm":
+                status = libc.shmctl(ident, _IPC_RMID, None)
+            elif kind == "sem":
+                status = libc.semctl(ident, 0, _IPC_RMID)
+            else:
+                status = libc.msgctl(ident, _IPC_RMID, None)
+            if status != 0:
+                problems.append(f"System V {kind} {ident} could not be removed")
+    return problems
 
 
 class _Child:
@@ -752,6 +908,7 @@ def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
     status = 1
     try:
         os.setpgid(0, 0)
+        os.dup2(os.open("/dev/null", os.O_RDONLY), 0)  # a server's stdin carries its jobs
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1024))
