@@ -702,13 +702,19 @@ class BubblewrapSandbox(Sandbox):
     def run(self, command: str, workspace: Path, limits: Limits | None = None,
             env: dict[str, str] | None = None, binds: Sequence[Bind] = ()) -> ShellResult:
         limits = limits or Limits()
+        argv = self._checked_argv(command, workspace, limits, env, binds)
+        return _result(_supervise(argv, limits, kill_sandbox), limits)
+
+    def _checked_argv(self, command: str, workspace: Path, limits: Limits,
+                      env: dict[str, str] | None, binds: Sequence[Bind]) -> list[str]:
+        """The command line of a run, its command, workspace and binds checked, and the
+        workspace given to the sandbox user."""
         _check_command(command, env)
         real = _check_workspace(workspace, self.system_paths)
         checked = _check_binds(binds, self.system_paths)
         if self.privileged:
             _give_tree(real, *self.ids())
-        argv = self.build_argv(command, real, limits, env, checked)
-        return _result(_supervise(argv, limits, kill_sandbox), limits)
+        return self.build_argv(command, real, limits, env, checked)
 
     def start(self, command: str, workspace: Path, limits: Limits | None = None,
               env: dict[str, str] | None = None, binds: Sequence[Bind] = ()
@@ -718,13 +724,7 @@ class BubblewrapSandbox(Sandbox):
         stderr are pipes, it runs in a session of its own (``kill_sandbox`` ends it), and
         the rlimits are its only limits; timeouts and output caps are the caller's. Started
         by ``popen_long_lived``, so it outlives the calling thread."""
-        limits = limits or Limits()
-        _check_command(command, env)
-        real = _check_workspace(workspace, self.system_paths)
-        checked = _check_binds(binds, self.system_paths)
-        if self.privileged:
-            _give_tree(real, *self.ids())
-        argv = self.build_argv(command, real, limits, env, checked)
+        argv = self._checked_argv(command, workspace, limits or Limits(), env, binds)
         return popen_long_lived(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True,
                                 close_fds=True, env=dict(_HOST_ENV))

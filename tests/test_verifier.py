@@ -19,7 +19,6 @@ import importlib.util
 import itertools
 import json
 import os
-import pwd
 import socket
 import sqlite3
 import stat
@@ -31,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from sandbox_uids import free_uid, uid_processes
 
 from envs.errors import SandboxError
 from envs.sandbox import (
@@ -75,19 +75,9 @@ TIMED_OUT = f"timed out after {TIMEOUT_S} s"
 # --- worlds and sandboxes ------------------------------------------------------------------
 
 
-def _free_uid(after: int) -> int:
-    uid = after
-    while True:
-        uid += 1
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-
-
 # Per session, so that two test sessions on one host do not share a uid either.
-UID = _free_uid(60_000 + 2 * (os.getpid() % 2_000))
-BOMB_UID = _free_uid(UID)
+UID = free_uid(60_000 + 2 * (os.getpid() % 2_000))
+BOMB_UID = free_uid(UID)
 
 
 @pytest.fixture(scope="module")
@@ -181,24 +171,12 @@ def _verifier(root: Path, scripts: dict[str, str]) -> Path:
     return root
 
 
-def _uid_processes(uid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def _assert_no_processes(uid: int) -> None:
     close_servers()  # an idle verifier server is a driver of that uid, waiting by design
     give_up = time.monotonic() + 3.0
-    while _uid_processes(uid) and time.monotonic() < give_up:
+    while uid_processes(uid) and time.monotonic() < give_up:
         time.sleep(0.05)
-    assert _uid_processes(uid) == []
+    assert uid_processes(uid) == []
 
 
 @functools.cache

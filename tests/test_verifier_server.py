@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandbox_uids import free_uid, uid_processes
 
 import gates.verifier_server as servers
 from envs.instance import Environment
@@ -36,19 +37,7 @@ FAST = Limits(timeout_s=5, cpu_s=2, memory_mib=512, max_procs=32,
 PACK = load_pack("demo")
 
 
-def _free_uid(after: int) -> int:
-    import pwd
-
-    uid = after
-    while True:
-        uid += 1
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-
-
-UID = _free_uid(64_000 + 2 * (os.getpid() % 1_000))
+UID = free_uid(64_000 + 2 * (os.getpid() % 1_000))
 
 
 @pytest.fixture(scope="module")
@@ -104,18 +93,6 @@ def _same(a: Verdict, b: Verdict) -> None:
         (s.script, s.exit_code, s.error) for s in b.scripts]
 
 
-def _uid_processes() -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == UID:
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return sorted(found)
-
-
 OK = "import awsdk\nawsdk.result(ok=True)\n"
 
 LITTER = """
@@ -165,11 +142,11 @@ def test_nothing_a_job_leaves_reaches_the_next(box: BubblewrapSandbox, w0: Path,
     started = servers.servers_started()
     litter = _run(box, _verifier(tmp_path / "a", {"litter.py": LITTER}), w0, w0, scratch)
     assert litter.passed, (litter.errors, litter.scripts[0].stderr_tail)
-    between = _uid_processes()
+    between = uid_processes(UID)
     clean = _run(box, _verifier(tmp_path / "b", {"clean.py": CHECK_CLEAN}), w0, w0, scratch)
     assert clean.passed, [(c.name, c.passed) for c in clean.checks]
     assert servers.servers_started() == started + 1  # one server took both
-    assert _uid_processes() == between  # the daemon was gone before the next job
+    assert uid_processes(UID) == between  # the daemon was gone before the next job
     alone = _run(box, _verifier(tmp_path / "b", {"clean.py": CHECK_CLEAN}), w0, w0, None)
     _same(clean, alone)
 
