@@ -10,6 +10,8 @@ A run lives in one folder::
     recordings/<key>.json    every LLM call (``llm.client``: cache mode), the run's source
     outputs/<stage>/<key>.json  every stage outcome, content-addressed (``synth.stage``)
     scenarios.jsonl          the scenarios kept by ``synth scenarios`` (+ .report.json)
+    personas.jsonl           the personas accepted by ``synth persona`` (name, signature)
+    personas/<name>/         each accepted persona's bible.json and accounts.json
     log/<scenario>.jsonl     the synthesis log: every attempt, output, error, summary
     worlds/<persona>.jsonl   each world's day 0 as interchange lines (+ .json: its report)
     envs/<scenario>.json     what became of each scenario, stage by stage, task by task
@@ -64,14 +66,14 @@ from synth.stage import (
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
 NOT_RUN_NO_MODEL = "not run: no model configured"
-COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "outputs", "log",
-            "worlds", "envs", "pack", "summary.json")
+COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "personas.jsonl",
+            "personas", "outputs", "log", "worlds", "envs", "pack", "summary.json")
 # Splits of a run's pack, by the task id's SHA-256 (a task keeps its split across runs).
 SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
 
 class Command(msgspec.Struct, frozen=True):
-    kind: str  # "scenarios" or "envs"
+    kind: str  # "scenarios", "envs" or "persona"
     args: dict[str, Any]
 
 
@@ -223,6 +225,60 @@ def _run_scenarios(folder: Path, ctx: Context, command: Command, settings: Setti
     write_atomically(folder / "scenarios.jsonl", lines)
     write_atomically(folder / "scenarios.report.json", encode(report.as_dict()))
     return {"status": "done", **report.as_dict()}
+
+
+def synth_persona(folder: Path, settings: Settings, hint: str | None = None
+                  ) -> dict[str, Any]:
+    """``synth persona``: one persona bible (``synth.personas``), judged for diversity
+    against the run's accepted personas; an accepted one goes to RUN/personas/."""
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    # The accepted personas are part of the command: the same command again is a resume,
+    # another persona after more were accepted is another command.
+    command = Command("persona", {"name": hint, "after": sorted(accepted_personas(folder))})
+    _record(folder, command)
+    return _run_persona(folder, ctx, command)
+
+
+def accepted_personas(folder: Path) -> dict[str, str]:
+    """The run's accepted personas: name -> signature (``personas.jsonl``)."""
+    path = folder / "personas.jsonl"
+    if not path.is_file():
+        return {}
+    found = {}
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            entry = msgspec.json.decode(line, type=dict[str, str])
+            found[entry["name"]] = entry["signature"]
+        except (msgspec.DecodeError, msgspec.ValidationError, KeyError):
+            raise SynthError(f"{path}:{number}: not a persona line (name, signature)"
+                             ) from None
+    return found
+
+
+def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
+    from envs.apps import SHIPPED
+    from synth.personas import accounts_file, library_tools, signature, synthesize_persona
+
+    after = set(command.args.get("after") or [])
+    accepted = {n: s for n, s in accepted_personas(folder).items() if n in after}
+    result = synthesize_persona(ctx, library_tools(SHIPPED), accepted,
+                                command.args.get("name"))
+    if result.status == "accepted" and result.bible is not None:
+        bible = result.bible
+        where = folder / "personas" / bible.name
+        write_atomically(where / "bible.json", encode(bible))
+        write_atomically(where / "accounts.json", encode(accounts_file(bible)))
+        lines = {**accepted_personas(folder), bible.name: signature(bible)}
+        write_atomically(folder / "personas.jsonl", b"".join(
+            msgspec.json.encode({"name": n, "signature": lines[n]}) + b"\n"
+            for n in sorted(lines)))
+    return {"status": result.status, "name": result.bible.name if result.bible else None,
+            "signature": result.signature, "reason": result.reason,
+            "revisions": result.revisions, "stages": [
+                {"stage": o.stage, "status": o.status, "attempts": len(o.attempts),
+                 "tokens": o.tokens} for o in result.outcomes]}
 
 
 def synth_envs(folder: Path, settings: Settings, scenarios: Path,
@@ -389,7 +445,7 @@ def status(folder: Path) -> dict[str, Any]:
             "attempts": sum(len(o.attempts) for o in outcomes),
             "tokens": sum(o.tokens for o in outcomes),
             "cost": sum(costs) if costs else None})
-    order = ["scenarios", "classify", *ENV_STAGES]
+    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity"]
     stages.sort(key=lambda s: order.index(s["stage"]) if s["stage"] in order else len(order))
     return {"run": str(folder), "model": config.model, "judge_model": config.judge_model,
             "commands": len(config.commands), "stages": stages,
@@ -456,6 +512,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
         _, ctx = open_run(target, settings)
         if command.kind == "scenarios":
             _run_scenarios(target, ctx, command, settings)
+        elif command.kind == "persona":
+            _run_persona(target, ctx, command)
         else:
             envs = _run_envs(target, ctx, command, settings, open_worlds)
             stopped += [f"{r.scenario}: {r.reason}" for r in envs.results

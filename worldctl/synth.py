@@ -235,6 +235,38 @@ def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
 
 
+@synth_group.command("persona")
+@click.option("--name", "hint", default=None,
+              help="The persona's name or an idea for it (default: the model's choice).")
+@_model_options
+def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
+                      judge_model: str | None, embedding_model: str | None,
+                      api_base: str | None, concurrency: int, budget_tokens: int | None,
+                      budget_cost: float | None, as_json: bool) -> None:
+    """Write one persona bible (occupation, contacts, services, story arcs, accounts),
+    checked against the app library and judged for diversity against the run's accepted
+    personas (at most 2 revisions); an accepted one goes to RUN/personas/<name>/. Exit 1
+    unless accepted."""
+    from synth.runs import NOT_RUN_NO_MODEL, synth_persona
+
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
+    report = synth_persona(run_dir, settings, hint)
+    if as_json:
+        render.emit_json(report)
+    elif report["status"] == NOT_RUN_NO_MODEL:
+        click.echo(f"persona: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
+    elif report["status"] == "accepted":
+        revised = report["revisions"]
+        click.echo(f"persona {report['name']}: accepted"
+                   + (f" after {revised} revision{'s' * (revised > 1)}" if revised else "")
+                   + f"\n  {report['signature']}\n  {run_dir / 'personas' / report['name']}")
+    else:
+        click.echo(f"persona: {report['status']}: {report['reason']}")
+    if report["status"] != "accepted":
+        sys.exit(1)
+
+
 @synth_group.command("status")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
