@@ -17,6 +17,10 @@ with their source's mode and owner; files, symlinks and special files linked, ne
 followed nor opened), which needs the server's directory on the worlds' file system —
 hence the caller's `scratch`, a directory there (``run_verifier(scratch=...)``; the gates
 pass their snapshot cache's scratch area). The links are removed when the job is done.
+Staging walks W as ``replay.files`` walks every agent-made tree (``lstat`` per entry, each
+directory checked to be the inode its parent listed); nothing of the agent runs while its
+world is graded (a shell's processes end with its call, and grading holds the instance),
+so what was listed is what is linked.
 
 A run is served only when that gives the verdict a one-run sandbox gives; otherwise it
 runs in a sandbox of its own as before: a writable verifier (the counterfactual probe), a
@@ -205,7 +209,11 @@ class _Server:
                         chunk = os.read(fd, 65536)
                     except BlockingIOError:
                         continue
-                    if not chunk:
+                    if not chunk:  # the driver's end: stdout's is the one that counts
+                        sel.unregister(fd)
+                        if fd != out_fd:
+                            continue
+                        self._drain_stderr(min(deadline, time.monotonic() + 1.0))
                         return bytes(lines), self._take_stderr(), None, "ended"
                     if fd != out_fd:
                         self.stderr += chunk
@@ -221,6 +229,21 @@ class _Server:
                         lines += line + b"\n"
                     if len(lines) + len(buffer) > cap or len(self.stderr) > cap:
                         return bytes(lines), self._take_stderr(), None, "flood"
+
+    def _drain_stderr(self, until: float) -> None:
+        """What the driver wrote on stderr before it ended, up to its end or `until`."""
+        assert self.proc is not None and self.proc.stderr is not None
+        fd = self.proc.stderr.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while (left := until - time.monotonic()) > 0 and sel.select(left):
+                try:
+                    chunk = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return
+                self.stderr += chunk
 
     def _take_stderr(self) -> bytes:
         taken = bytes(self.stderr)
@@ -276,6 +299,11 @@ class _Servers:
         self.started = 0
         self.served = 0
         atexit.register(self.close)
+
+    def count(self, *, started: int = 0, served: int = 0) -> None:
+        with self._lock:
+            self.started += started
+            self.served += served
 
     def take(self, key: _Key) -> _Server | None:
         with self._lock:
@@ -345,7 +373,7 @@ def run_served(box: Sandbox, limits: Limits, scratch: Path, setup: ServerSetup,
             server = _Server(box, limits, Path(key[2]), setup)
         except (SandboxError, OSError):
             return None
-        registry.started += 1
+        registry.count(started=1)
     try:
         staged = not _shadows(verifier_dir, server.modules) and server.stage(
             verifier_dir, w0, w, answer)
@@ -355,7 +383,7 @@ def run_served(box: Sandbox, limits: Limits, scratch: Path, setup: ServerSetup,
     if not staged:
         registry.give_back(key, server)
         return None
-    registry.served += 1
+    registry.count(served=1)
     try:
         result, reusable = server.run(job, whole)
     except BaseException:
