@@ -11,7 +11,8 @@ A run lives in one folder::
     outputs/<stage>/<key>.json  every stage outcome, content-addressed (``synth.stage``)
     scenarios.jsonl          the scenarios kept by ``synth scenarios`` (+ .report.json)
     personas.jsonl           the personas accepted by ``synth persona`` (name, signature)
-    personas/<name>/         each accepted persona's bible.json and accounts.json
+    personas/<name>/         each accepted persona's bible.json and accounts.json, and its
+                             day plans (plans/day-<N>.json, ``synth day --plan-only``)
     log/<scenario>.jsonl     the synthesis log: every attempt, output, error, summary
     worlds/<persona>.jsonl   each world's day 0 as interchange lines (+ .json: its report)
     envs/<scenario>.json     what became of each scenario, stage by stage, task by task
@@ -60,6 +61,7 @@ from synth.stage import (
     Progress,
     StageOutcome,
     encode,
+    run_stage,
     write_atomically,
 )
 
@@ -281,6 +283,72 @@ def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]
                  "tokens": o.tokens} for o in result.outcomes]}
 
 
+def synth_plan(folder: Path, settings: Settings, persona: str, day: int,
+               open_worlds: Callable[[], Worlds] | None) -> dict[str, Any]:
+    """``synth day --plan-only``: the plan of `persona`'s day `day` (``synth.plans``), from
+    its bible, its earlier plans and what the store holds of its world before that day
+    (`open_worlds` None: no store, so nothing yet)."""
+    from synth.plans import WorldFacts, world_facts
+
+    _bible(folder, persona)  # refuse a persona the run has not accepted, first
+    if day < 1:
+        raise SynthError(f"--day {day}: days to plan start at 1 (day 0 is the world's set-up)")
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    facts = WorldFacts([], {}, {}, {}, [])
+    if open_worlds is not None:
+        with open_worlds() as worlds:
+            facts = world_facts(worlds, persona, day)
+    data = encode(facts)
+    name = f"inputs/facts-{hashlib.sha256(data).hexdigest()[:16]}.json"
+    if not (folder / name).exists():
+        write_atomically(folder / name, data)
+    command = Command("plan", {"persona": persona, "day": day, "facts": name})
+    _record(folder, command)
+    return _run_plan(folder, ctx, command)
+
+
+def _bible(folder: Path, persona: str) -> Any:
+    from synth.personas import BibleOut
+
+    path = folder / "personas" / persona / "bible.json"
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=BibleOut)
+    except FileNotFoundError:
+        raise SynthError(f"persona {persona!r} is not an accepted persona of the run "
+                         f"{folder} (make one with `worldctl synth persona --run {folder}`)"
+                         ) from None
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SynthError(f"{path}: not a persona bible: {exc}") from None
+
+
+def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
+    from envs.apps import SHIPPED
+    from synth.personas import library_tools
+    from synth.plans import PlanOut, PlanStage, WorldFacts
+
+    persona, day = str(command.args["persona"]), int(command.args["day"])
+    bible = _bible(folder, persona)
+    facts = msgspec.json.decode((folder / command.args["facts"]).read_bytes(),
+                                type=WorldFacts)
+    plans = folder / "personas" / persona / "plans"
+    earlier = [msgspec.json.decode(p.read_bytes(), type=PlanOut)
+               for p in sorted(plans.glob("day-*.json"))] if plans.is_dir() else []
+    earlier = [p for p in earlier if p.day < day]
+    outcome = run_stage(ctx, PlanStage(bible, library_tools(SHIPPED), day, earlier, facts),
+                        f"{persona}@{day}")
+    if outcome.status == "accepted":
+        write_atomically(plans / f"day-{day}.json", encode(msgspec.convert(
+            outcome.output, PlanOut)))
+    chosen = outcome.attempts[-1] if outcome.attempts else None
+    return {"status": outcome.status, "persona": persona, "day": day,
+            "plan": outcome.output if outcome.status == "accepted" else None,
+            "attempts": len(outcome.attempts), "tokens": outcome.tokens,
+            "errors": chosen.errors if chosen is not None and outcome.status != "accepted"
+            else []}
+
+
 def synth_envs(folder: Path, settings: Settings, scenarios: Path,
                open_worlds: Callable[[], Worlds], *, only: str | None = None,
                tasks_per_scenario: int = 10) -> EnvsReport:
@@ -445,7 +513,7 @@ def status(folder: Path) -> dict[str, Any]:
             "attempts": sum(len(o.attempts) for o in outcomes),
             "tokens": sum(o.tokens for o in outcomes),
             "cost": sum(costs) if costs else None})
-    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity"]
+    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity", "plan"]
     stages.sort(key=lambda s: order.index(s["stage"]) if s["stage"] in order else len(order))
     return {"run": str(folder), "model": config.model, "judge_model": config.judge_model,
             "commands": len(config.commands), "stages": stages,
@@ -505,7 +573,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
 
     stopped: list[str] = []
     for command in config.commands:
-        for name in {v for k, v in command.args.items() if k in ("seeds", "scenarios")}:
+        for name in {v for k, v in command.args.items()
+                     if k in ("seeds", "scenarios", "facts")}:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / name, target / name)
         _record(target, command)
@@ -514,6 +583,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
             _run_scenarios(target, ctx, command, settings)
         elif command.kind == "persona":
             _run_persona(target, ctx, command)
+        elif command.kind == "plan":
+            _run_plan(target, ctx, command)
         else:
             envs = _run_envs(target, ctx, command, settings, open_worlds)
             stopped += [f"{r.scenario}: {r.reason}" for r in envs.results

@@ -267,6 +267,56 @@ def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
         sys.exit(1)
 
 
+@synth_group.command("day")
+@click.argument("persona")
+@click.option("--day", "day", required=True, type=int, help="The day to plan (from 1).")
+@click.option("--plan-only", is_flag=True,
+              help="Write the day's plan alone (implementing a day is not built yet).")
+@_model_options
+@click.pass_context
+def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
+                  run_dir: Path, model: str | None, judge_model: str | None,
+                  embedding_model: str | None, api_base: str | None, concurrency: int,
+                  budget_tokens: int | None, budget_cost: float | None,
+                  as_json: bool) -> None:
+    """Plan day N of an accepted persona of the run: timed activities through its
+    services' tools and its workspace, from its bible, its earlier plans and what the
+    store holds of its world, with coverage pressure from earlier days' events; written
+    to RUN/personas/<persona>/plans/day-<N>.json. Exit 1 unless the plan was accepted."""
+    from replay.engine import Worlds
+    from synth.errors import SynthError
+    from synth.runs import NOT_RUN_NO_MODEL, synth_plan
+    from worldctl.session import session
+
+    if not plan_only:
+        raise SynthError("implementing a day (a coding agent in a live instance of the day "
+                         "before, its episode turned into the day's events) is not built "
+                         "yet: add --plan-only to write the day's plan")
+    where = session(ctx)
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
+
+    def open_worlds() -> Worlds:
+        return Worlds.open(where.store, where.cache, create=False)
+
+    has_store = Path(str(where.store)).exists() or "://" in str(where.store)
+    report = synth_plan(run_dir, settings, persona, day, open_worlds if has_store else None)
+    if as_json:
+        render.emit_json(report)
+    elif report["status"] == NOT_RUN_NO_MODEL:
+        click.echo(f"day: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
+    elif report["status"] == "accepted":
+        plan = report["plan"]
+        click.echo(f"{persona} day {day} ({plan['date']}): {len(plan['activities'])} "
+                   f"activities: {plan['summary']}\n  "
+                   f"{run_dir / 'personas' / persona / 'plans' / f'day-{day}.json'}")
+    else:
+        click.echo(f"day: no plan accepted after {report['attempts']} attempts: "
+                   + "; ".join(report["errors"][:3]))
+    if report["status"] != "accepted":
+        sys.exit(1)
+
+
 @synth_group.command("status")
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
