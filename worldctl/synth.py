@@ -271,27 +271,35 @@ def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
 @click.argument("persona")
 @click.option("--day", "day", required=True, type=int, help="The day to plan (from 1).")
 @click.option("--plan-only", is_flag=True,
-              help="Write the day's plan alone (implementing a day is not built yet).")
+              help="Write the day's plan alone.")
+@click.option("--from-episode", "episode_id", default=None,
+              help="Make the day from this stored episode on PERSONA@N-1 (its effects "
+                   "become the day's events) and append it to the store.")
 @_model_options
 @click.pass_context
 def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
-                  run_dir: Path, model: str | None, judge_model: str | None,
-                  embedding_model: str | None, api_base: str | None, concurrency: int,
-                  budget_tokens: int | None, budget_cost: float | None,
-                  as_json: bool) -> None:
-    """Plan day N of an accepted persona of the run: timed activities through its
-    services' tools and its workspace, from its bible, its earlier plans and what the
-    store holds of its world, with coverage pressure from earlier days' events; written
-    to RUN/personas/<persona>/plans/day-<N>.json. Exit 1 unless the plan was accepted."""
+                  episode_id: str | None, run_dir: Path, model: str | None,
+                  judge_model: str | None, embedding_model: str | None,
+                  api_base: str | None, concurrency: int, budget_tokens: int | None,
+                  budget_cost: float | None, as_json: bool) -> None:
+    """Plan day N of an accepted persona of the run (--plan-only): timed activities
+    through its services' tools and its workspace, from its bible, its earlier plans and
+    what the store holds of its world, with coverage pressure from earlier days' events;
+    written to RUN/personas/<persona>/plans/day-<N>.json; exit 1 unless accepted. Or make
+    day N from a stored episode on PERSONA@N-1 (--from-episode ID): its effects as the
+    day's events, stored only when they replay to the episode's final world."""
     from replay.engine import Worlds
     from synth.errors import SynthError
     from synth.runs import NOT_RUN_NO_MODEL, synth_plan
     from worldctl.session import session
 
+    if episode_id is not None:
+        _day_from_episode(ctx, persona, day, episode_id, as_json)
+        return
     if not plan_only:
-        raise SynthError("implementing a day (a coding agent in a live instance of the day "
-                         "before, its episode turned into the day's events) is not built "
-                         "yet: add --plan-only to write the day's plan")
+        raise SynthError("implementing a day by a coding agent is not built yet: add "
+                         "--plan-only to write the day's plan, or --from-episode ID to make "
+                         "the day from a stored episode")
     where = session(ctx)
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
                          budget_tokens, budget_cost)
@@ -315,6 +323,29 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
                    + "; ".join(report["errors"][:3]))
     if report["status"] != "accepted":
         sys.exit(1)
+
+
+def _day_from_episode(ctx: click.Context, persona: str, day: int, episode_id: str,
+                      as_json: bool) -> None:
+    from envs.episodes_store import load_episode
+    from synth.days import day_from_episode, store_day
+    from synth.errors import SynthError
+    from worldctl.session import worlds
+
+    store = worlds(ctx)
+    episode = load_episode(store, episode_id)
+    if (episode.persona, episode.day + 1) != (persona, day):
+        raise SynthError(f"episode {episode_id} starts from {episode.persona}@{episode.day}, "
+                         f"so it makes day {episode.day + 1} of {episode.persona}, not day "
+                         f"{day} of {persona}")
+    made = day_from_episode(store, episode)
+    record = store_day(store, made, source=f"<episode {episode_id}>")
+    if as_json:
+        render.emit_json({"persona": persona, "day": day, "events": made.events,
+                          "world_hash": record.world_hash, "episode": episode_id})
+    else:
+        click.echo(f"{persona}@{day} {record.world_hash}: {made.events} events from episode "
+                   f"{episode_id}")
 
 
 @synth_group.command("status")
