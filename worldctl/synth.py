@@ -1,9 +1,10 @@
 """The synthesis commands: ``validate-day`` (the library is ``synth.validate_day``) and the
-``synth`` group (environment synthesis; the library is ``synth.runs``)."""
+``synth`` group (environment and persona-world synthesis; the library is ``synth.runs``)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -247,24 +248,20 @@ def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
     checked against the app library and judged for diversity against the run's accepted
     personas (at most 2 revisions); an accepted one goes to RUN/personas/<name>/. Exit 1
     unless accepted."""
-    from synth.runs import NOT_RUN_NO_MODEL, synth_persona
+    from synth.runs import synth_persona
 
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
                          budget_tokens, budget_cost)
     report = synth_persona(run_dir, settings, hint)
-    if as_json:
-        render.emit_json(report)
-    elif report["status"] == NOT_RUN_NO_MODEL:
-        click.echo(f"persona: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
-    elif report["status"] == "accepted":
+
+    def accepted() -> str:
         revised = report["revisions"]
-        click.echo(f"persona {report['name']}: accepted"
-                   + (f" after {revised} revision{'s' * (revised > 1)}" if revised else "")
-                   + f"\n  {report['signature']}\n  {run_dir / 'personas' / report['name']}")
-    else:
-        click.echo(f"persona: {report['status']}: {report['reason']}")
-    if report["status"] != "accepted":
-        sys.exit(1)
+        return (f"persona {report['name']}: accepted"
+                + (f" after {revised} revision{'s' * (revised > 1)}" if revised else "")
+                + f"\n  {report['signature']}\n  {run_dir / 'personas' / report['name']}")
+
+    _stage_report("persona", report, as_json, accepted,
+                  lambda: f"persona: {report['status']}: {report['reason']}")
 
 
 @synth_group.command("day")
@@ -290,7 +287,7 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
     day's events, stored only when they replay to the episode's final world."""
     from replay.engine import Worlds
     from synth.errors import SynthError
-    from synth.runs import NOT_RUN_NO_MODEL, synth_plan
+    from synth.runs import synth_plan
     from worldctl.session import session
 
     if episode_id is not None:
@@ -309,18 +306,29 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
 
     has_store = Path(str(where.store)).exists() or "://" in str(where.store)
     report = synth_plan(run_dir, settings, persona, day, open_worlds if has_store else None)
+
+    def accepted() -> str:
+        plan = report["plan"]
+        return (f"{persona} day {day} ({plan['date']}): {len(plan['activities'])} "
+                f"activities: {plan['summary']}\n  "
+                f"{run_dir / 'personas' / persona / 'plans' / f'day-{day}.json'}")
+
+    _stage_report("day", report, as_json, accepted,
+                  lambda: f"day: no plan accepted after {report['attempts']} attempts: "
+                          + "; ".join(report["errors"][:3]))
+
+
+def _stage_report(what: str, report: dict[str, Any], as_json: bool,
+                  accepted: Callable[[], str], refused: Callable[[], str]) -> None:
+    """Print a persona's or a plan's report; exit 1 unless it was accepted."""
+    from synth.runs import NOT_RUN_NO_MODEL
+
     if as_json:
         render.emit_json(report)
     elif report["status"] == NOT_RUN_NO_MODEL:
-        click.echo(f"day: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
-    elif report["status"] == "accepted":
-        plan = report["plan"]
-        click.echo(f"{persona} day {day} ({plan['date']}): {len(plan['activities'])} "
-                   f"activities: {plan['summary']}\n  "
-                   f"{run_dir / 'personas' / persona / 'plans' / f'day-{day}.json'}")
+        click.echo(f"{what}: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
     else:
-        click.echo(f"day: no plan accepted after {report['attempts']} attempts: "
-                   + "; ".join(report["errors"][:3]))
+        click.echo(accepted() if report["status"] == "accepted" else refused())
     if report["status"] != "accepted":
         sys.exit(1)
 
