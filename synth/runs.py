@@ -173,9 +173,12 @@ def _config(folder: Path, settings: Settings) -> RunConfig:
             write_atomically(folder / RUN_FILE, encode(wanted))
         return wanted
     have = read_config(folder)
+    # Prompts added since the run was made change none of its outcomes (every outcome is
+    # keyed by its prompt's version): only the prompts it knows must be as they were.
+    known = {stage: wanted.prompts.get(stage) for stage in have.prompts}
     for what, mine, theirs in (("model", wanted.model, have.model),
                                ("attempts per stage", wanted.max_attempts, have.max_attempts),
-                               ("prompt versions", wanted.prompts, have.prompts)):
+                               ("prompt versions", known, have.prompts)):
         if mine != theirs:
             raise SynthError(f"{folder}: the run was made with {what} {theirs!r}, not "
                              f"{mine!r}; use another --run folder (outputs are never mixed)")

@@ -395,3 +395,21 @@ def test_only_runs_one_stage_and_needs_the_ones_before(recorded: Recorded,
     assert world_hash_of(run) == world_hash_of(recorded.run)
     # the same outputs as the run made in one go (its commands differ, so its run.json)
     assert compare_runs(recorded.run, run)[0] == ["run.json: differs"]
+
+
+def test_a_run_made_before_prompts_were_added_opens_and_a_changed_prompt_is_refused(
+        tmp_path: Path) -> None:
+    from synth.errors import SynthError
+    from synth.prompts import versions
+    from synth.runs import RUN_FILE, Settings, open_run
+
+    run = tmp_path / "run"
+    open_run(run, Settings(model=MODEL))
+    older = json.loads((run / RUN_FILE).read_text(encoding="utf-8"))
+    older["prompts"] = {k: v for k, v in older["prompts"].items() if k != "plan"}
+    (run / RUN_FILE).write_text(json.dumps(older), encoding="utf-8")
+    assert open_run(run, Settings(model=MODEL))[0].prompts == older["prompts"]
+    older["prompts"]["tasks"] = versions()["tasks"] + 1
+    (run / RUN_FILE).write_text(json.dumps(older), encoding="utf-8")
+    with pytest.raises(SynthError, match="made with prompt versions"):
+        open_run(run, Settings(model=MODEL))
