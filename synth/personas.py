@@ -96,9 +96,9 @@ def bible_problems(bible: BibleOut, library: Mapping[str, Sequence[str]]) -> lis
     for field in ("occupation", "life_domain"):
         if not getattr(bible, field).strip():
             problems.append(f"{field} is empty")
-    names = [c.name.strip() for c in bible.contacts]
-    if len({n.lower() for n in names if n}) < MIN_CONTACTS:
-        problems.append(f"{len(set(names))} distinct named contacts; a bible names at least "
+    distinct = {c.name.strip().lower() for c in bible.contacts if c.name.strip()}
+    if len(distinct) < MIN_CONTACTS:
+        problems.append(f"{len(distinct)} distinct named contacts; a bible names at least "
                         f"{MIN_CONTACTS}")
     unknown = sorted(set(bible.services) - set(library))
     if unknown:

@@ -238,8 +238,9 @@ def test_without_a_model_nothing_is_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("change", "problem"), [
     ({"name": "Astrid Holm"}, "is not a persona name"),
-    ({"contacts": [{"name": "A", "relation": "x"}, {"name": "a", "relation": "y"}]},
-     "distinct named contacts"),
+    ({"contacts": [{"name": "A", "relation": "x"}, {"name": "a ", "relation": "y"},
+                   {"name": " ", "relation": "z"}]},
+     "1 distinct named contacts; a bible names at least 3"),
     ({"services": ["chat", "notes", "bank"]}, "services bank are not in the app library"),
     ({"arcs": [ASTRID["arcs"][0]]}, "1 story arcs; a bible has 2 to 5"),
     ({"arcs": [{**ASTRID["arcs"][0], "days": [3, 1]}, ASTRID["arcs"][1]]},
