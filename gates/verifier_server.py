@@ -306,34 +306,33 @@ class _Servers:
             self.served += served
 
     def take(self, key: _Key) -> _Server | None:
+        found = None
         with self._lock:
-            self._expire()
-            for i, (k, server) in enumerate(self._idle):
-                if k == key:
-                    del self._idle[i]
-                    return server
-        return None
+            expired = self._expired()
+            at = next((i for i, (k, _) in enumerate(self._idle) if k == key), None)
+            if at is not None:
+                found = self._idle.pop(at)[1]
+        for old in expired:  # stopping one may wait: never with the lock held
+            old.close()
+        return found
 
     def give_back(self, key: _Key, server: _Server) -> None:
+        kept = server.alive()
         with self._lock:
-            if server.alive():
+            if kept:
                 server.idle_since = time.monotonic()
                 self._idle.append((key, server))
-                server = None  # type: ignore[assignment]
-            surplus = self._idle[:-MAX_IDLE] if len(self._idle) > MAX_IDLE else []
+            surplus = [s for _, s in self._idle[:max(0, len(self._idle) - MAX_IDLE)]]
             del self._idle[:len(surplus)]
-        for _, old in surplus:
+        for old in surplus if kept else [*surplus, server]:
             old.close()
-        if server is not None:
-            server.close()
 
-    def _expire(self) -> None:
-        """Close the servers idle for longer than IDLE_S (the lock held)."""
+    def _expired(self) -> list[_Server]:
+        """Take out the servers idle for longer than IDLE_S or gone (the lock held)."""
         now = time.monotonic()
         old = [s for _, s in self._idle if now - s.idle_since > IDLE_S or not s.alive()]
         self._idle = [(k, s) for k, s in self._idle if s not in old]
-        for server in old:
-            server.close()
+        return old
 
     def close(self) -> None:
         with self._lock:
