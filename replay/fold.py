@@ -14,6 +14,7 @@ from pathlib import Path
 
 from replay.apply import BlobSource, WorldBuilder
 from replay.errors import ApplyError, EventFailed
+from replay.files import copy_tree
 from replay.hashing import Manifest
 from replay.rehash import DayHasher
 from worldstore.events import StoredEvent
@@ -65,6 +66,18 @@ def build_days(
             yield _finish(builder, hasher, persona, current, count, started)
     finally:
         builder.abort()
+
+
+def build_day_on(base: Path | None, root: Path, events: Iterable[StoredEvent],
+                 blobs: BlobSource) -> BuiltDay:
+    """One day's `events` applied at `root` to a copy of the world `base` (None: from
+    nothing): a day checked before, or without, being stored."""
+    if base is None:
+        root.mkdir()
+    else:
+        copy_tree(base, root)
+    (built,) = build_days(root, events, blobs)
+    return built
 
 
 def _finish(builder: WorldBuilder, hasher: DayHasher, persona: str, day: int, count: int,

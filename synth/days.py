@@ -31,13 +31,14 @@ import apsw
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from replay.engine import Worlds
 from replay.errors import ApplyError
-from replay.files import copy_tree, remove_tree
-from replay.fold import build_days
+from replay.files import remove_tree
+from replay.fold import build_day_on
 from replay.layout import service_db
 from replay.sqlite import open_readonly, quote_ident
 from synth.errors import SynthError
 from worldstore.canonical import digest
 from worldstore.events import (
+    GENESIS,
     FileDeletePayload,
     FileWritePayload,
     Payload,
@@ -46,8 +47,6 @@ from worldstore.events import (
 )
 from worldstore.interchange import BLOB_PARAM_KEY, export_line
 from worldstore.store import DayRecord
-
-GENESIS_PREV = "0" * 64  # the chain of a check's events is the check's own
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ def _replayed_hash(worlds: Worlds, snapshot: Path, persona: str, day: int,
     """The world hash of the events applied to a copy of the snapshot by the replay
     engine, in the cache's scratch area (removed afterwards)."""
     blobs = {digest(blob): blob for _, _, blob in events if blob is not None}
-    stored, prev = [], GENESIS_PREV
+    stored, prev = [], GENESIS  # a check's chain is its own
     for seq, (ts, payload, _) in enumerate(events):
         event = make_event(persona=persona, seq=seq, day=day, ts=ts, prev=prev,
                            payload=payload)
@@ -203,10 +202,8 @@ def _replayed_hash(worlds: Worlds, snapshot: Path, persona: str, day: int,
         prev = event.event_id
     scratch = worlds.cache.scratch()
     try:
-        root = scratch / "world"
-        copy_tree(snapshot, root)
         try:
-            (built,) = build_days(root, iter(stored), blobs.__getitem__)
+            built = build_day_on(snapshot, scratch / "world", stored, blobs.__getitem__)
         except ApplyError as exc:
             raise SynthError(f"the episode's effects do not apply as day {day}: "
                              f"{exc.reason}") from None

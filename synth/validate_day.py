@@ -85,8 +85,8 @@ from envs.instance import Environment, Instance, read_pins
 from gates.contract import GateStatus
 from replay.engine import Worlds
 from replay.errors import ApplyError
-from replay.files import copy_tree, remove_tree
-from replay.fold import BuiltDay, build_days
+from replay.files import remove_tree
+from replay.fold import BuiltDay, build_day_on
 from replay.hashing import Manifest, decode_manifest
 from replay.layout import WORKSPACE, list_services, service_db, workspace_path
 from replay.sqlite import open_readonly, quote_ident
@@ -724,12 +724,7 @@ def replay_layer(context: _DayContext, scratch: Path) -> tuple[LayerResult, _Wor
 
 
 def _replay_once(context: _DayContext, base: Path | None, root: Path) -> BuiltDay:
-    if base is None:
-        root.mkdir()
-    else:
-        copy_tree(base, root)
-    (built,) = build_days(root, iter(context.events), context.worlds.store.blob)
-    return built
+    return build_day_on(base, root, context.events, context.worlds.store.blob)
 
 
 def _previous_world(context: _DayContext) -> Path | None:
