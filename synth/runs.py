@@ -45,13 +45,22 @@ from typing import Any, TextIO
 
 import msgspec
 
+from envs.apps import SHIPPED
 from llm.client import LLMClient, Mode
 from llm.errors import RecordingMissing
 from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
+from synth.personas import (
+    BibleOut,
+    accounts_file,
+    library_tools,
+    signature,
+    synthesize_persona,
+)
 from synth.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
+from synth.plans import PlanOut, PlanStage, WorldFacts, world_facts
 from synth.prompts import ENV_STAGES, versions
 from synth.scenarios import expand, read_scenarios, read_seeds
 from synth.stage import (
@@ -64,6 +73,7 @@ from synth.stage import (
     run_stage,
     write_atomically,
 )
+from worldstore.errors import NotFoundError
 
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
@@ -75,7 +85,7 @@ SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
 
 class Command(msgspec.Struct, frozen=True):
-    kind: str  # "scenarios", "envs" or "persona"
+    kind: str  # "scenarios", "envs", "persona" or "plan"
     args: dict[str, Any]
 
 
@@ -199,7 +209,12 @@ def _keep_input(folder: Path, source: Path, kind: str) -> str:
         data = source.read_bytes()
     except OSError as exc:
         raise SynthError(f"{source}: cannot read the {kind} file: {exc}") from None
-    name = f"inputs/{kind}-{hashlib.sha256(data).hexdigest()[:16]}.jsonl"
+    return _keep_data(folder, data, kind, ".jsonl")
+
+
+def _keep_data(folder: Path, data: bytes, kind: str, suffix: str) -> str:
+    """`data` kept in the run's inputs, named by its content; its path in the run."""
+    name = f"inputs/{kind}-{hashlib.sha256(data).hexdigest()[:16]}{suffix}"
     if not (folder / name).exists():
         write_atomically(folder / name, data)
     return name
@@ -263,9 +278,6 @@ def accepted_personas(folder: Path) -> dict[str, str]:
 
 
 def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
-    from envs.apps import SHIPPED
-    from synth.personas import accounts_file, library_tools, signature, synthesize_persona
-
     after = set(command.args.get("after") or [])
     accepted = {n: s for n, s in accepted_personas(folder).items() if n in after}
     result = synthesize_persona(ctx, library_tools(SHIPPED), accepted,
@@ -287,34 +299,28 @@ def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]
 
 
 def synth_plan(folder: Path, settings: Settings, persona: str, day: int,
-               open_worlds: Callable[[], Worlds] | None) -> dict[str, Any]:
+               open_worlds: Callable[[], Worlds]) -> dict[str, Any]:
     """``synth day --plan-only``: the plan of `persona`'s day `day` (``synth.plans``), from
     its bible, its earlier plans and what the store holds of its world before that day
-    (`open_worlds` None: no store, so nothing yet)."""
-    from synth.plans import WorldFacts, world_facts
-
+    (`open_worlds` opens the store without creating it; none yet means nothing yet)."""
     _bible(folder, persona)  # refuse a persona the run has not accepted, first
     if day < 1:
         raise SynthError(f"--day {day}: days to plan start at 1 (day 0 is the world's set-up)")
     _, ctx = open_run(folder, settings)
     if not ctx.client.configured:
         return {"status": NOT_RUN_NO_MODEL}
-    facts = WorldFacts([], {}, {}, {}, [])
-    if open_worlds is not None:
+    try:
         with open_worlds() as worlds:
             facts = world_facts(worlds, persona, day)
-    data = encode(facts)
-    name = f"inputs/facts-{hashlib.sha256(data).hexdigest()[:16]}.json"
-    if not (folder / name).exists():
-        write_atomically(folder / name, data)
-    command = Command("plan", {"persona": persona, "day": day, "facts": name})
+    except NotFoundError:  # no store yet: nothing of any world
+        facts = WorldFacts([], {}, {}, {}, [])
+    command = Command("plan", {"persona": persona, "day": day,
+                               "facts": _keep_data(folder, encode(facts), "facts", ".json")})
     _record(folder, command)
     return _run_plan(folder, ctx, command)
 
 
-def _bible(folder: Path, persona: str) -> Any:
-    from synth.personas import BibleOut
-
+def _bible(folder: Path, persona: str) -> BibleOut:
     path = folder / "personas" / persona / "bible.json"
     try:
         return msgspec.json.decode(path.read_bytes(), type=BibleOut)
@@ -327,10 +333,6 @@ def _bible(folder: Path, persona: str) -> Any:
 
 
 def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
-    from envs.apps import SHIPPED
-    from synth.personas import library_tools
-    from synth.plans import PlanOut, PlanStage, WorldFacts
-
     persona, day = str(command.args["persona"]), int(command.args["day"])
     bible = _bible(folder, persona)
     facts = msgspec.json.decode((folder / command.args["facts"]).read_bytes(),

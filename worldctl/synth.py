@@ -304,8 +304,7 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
     def open_worlds() -> Worlds:
         return Worlds.open(where.store, where.cache, create=False)
 
-    has_store = Path(str(where.store)).exists() or "://" in str(where.store)
-    report = synth_plan(run_dir, settings, persona, day, open_worlds if has_store else None)
+    report = synth_plan(run_dir, settings, persona, day, open_worlds)
 
     def accepted() -> str:
         plan = report["plan"]
@@ -338,7 +337,6 @@ def _day_from_episode(ctx: click.Context, persona: str, day: int, episode_id: st
     from envs.episodes_store import load_episode
     from synth.days import day_from_episode, store_day
     from synth.errors import SynthError
-    from worldctl.session import worlds
 
     store = worlds(ctx)
     episode = load_episode(store, episode_id)
