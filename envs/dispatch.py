@@ -12,6 +12,7 @@ is the whole of it (validate, run under the call's frozen clock, encode), and a 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from envs.app import App, ToolContext, ToolSpec, bind
 from envs.contract import CallContext, Effect, ToolInfo, ToolResult
-from replay.sqlite import FROZEN_VFS, freeze, open_event_db, open_event_db_snapshot
+from replay.sqlite import (
+    FROZEN_VFS,
+    describe_failure,
+    freeze,
+    guarded,
+    open_event_db,
+    open_event_db_snapshot,
+    take_denial,
+)
 
 Connect = Callable[[], apsw.Connection]
 
@@ -150,6 +159,61 @@ def execute_tool(conn: apsw.Connection, spec: ToolSpec, kwargs: dict[str, Any],
         context.record(Effect(spec.service, changeset,
                               after if after != sequences_before else None))
     return result
+
+
+SQL_ROWS_SHOWN = 50  # rows of a query's result in the text an agent reads
+
+
+def execute_sql(conn: apsw.Connection, service: str, sql: str, params: list[Any],
+                context: CallContext) -> ToolResult:
+    """Run `sql` on `conn` under the events' gate (``replay.sqlite.guarded``) and the
+    call's frozen clock: its rows (the first ``SQL_ROWS_SHOWN`` in the text, as JSON
+    lists) and the changes it made, recorded in `context` as a tool's writes are. A
+    refusal or an SQL error rolls the statement back and is an error result."""
+    clock = context.clock
+    freeze(clock.millis, clock.seed)
+    session = apsw.Session(conn, "main")
+    session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
+    session.attach()
+    sequences_before = sequences(conn)
+    conn.execute("SAVEPOINT sql_call")
+    try:
+        with guarded(conn):
+            cursor = conn.execute(sql, params)
+            try:
+                columns = [d[0] for d in cursor.description]
+            except apsw.ExecutionCompleteError:  # a statement that returns no rows
+                columns = []
+            rows = [list(row) for row in cursor]
+        refused = take_denial()
+        if refused is not None:
+            raise apsw.AuthError(refused)
+    except (apsw.Error, TypeError, ValueError, OverflowError) as exc:
+        conn.execute("ROLLBACK TO sql_call")
+        conn.execute("RELEASE sql_call")
+        session.close()
+        reason = take_denial() or (describe_failure(exc) if isinstance(exc, apsw.Error)
+                                   else str(exc))
+        return ToolResult(True, f"SQL on {service!r} refused: {reason}")
+    conn.execute("RELEASE sql_call")
+    changeset = session.changeset()
+    session.close()
+    after = sequences(conn)
+    if changeset or after != sequences_before:
+        context.record(Effect(service, changeset, after if after != sequences_before else None))
+    changed = sum(1 for _ in apsw.Changeset.iter(changeset)) if changeset else 0
+    shown = rows[:SQL_ROWS_SHOWN]
+    text = json.dumps({"columns": columns, "rows": shown, "more_rows": len(rows) - len(shown),
+                       "changed_rows": changed}, default=_shown_value)
+    return ToolResult(False, text, {"columns": columns, "rows": shown,
+                                    "more_rows": len(rows) - len(shown),
+                                    "changed_rows": changed})
+
+
+def _shown_value(value: object) -> str:
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    return repr(value)
 
 
 def sequences(conn: apsw.Connection) -> list[tuple[str, int]] | None:

@@ -22,6 +22,7 @@ import itertools
 import os
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,14 @@ from envs.contract import CallClock, CallContext, ToolInfo, ToolResult
 from envs.dispatch import (
     CompiledTool,
     compile_app,
+    execute_sql,
     open_snapshot_tool_db,
     open_tool_db,
     tool_failure,
 )
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from envs.errors import AppLoadError, AppPinError, InstanceClosed, SandboxError
-from envs.sandbox import run_sandboxed
+from envs.sandbox import default_sandbox, run_sandboxed
 from envs.worker_pool import RemoteApp, RemoteTool, WorkerLimits, WorkerPool
 from envs.workspace import (
     Content,
@@ -55,6 +57,8 @@ from replay.files import read_regular
 from replay.layout import WORKSPACE, iter_apps, service_db
 from replay.mount import Mount
 from worldstore.canonical import digest_of
+from worldstore.errors import InputError
+from worldstore.names import ts_millis, ts_problem
 from worldstore.store import DayRecord
 
 __all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "WorkspaceLimits", "read_pins"]
@@ -62,6 +66,7 @@ __all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "WorkspaceLimits
 # Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
 _TABLES: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], _ToolTable]] = {}
 _TABLES_LOCK = threading.Lock()
+SQL_CALL = "sql"  # the name an episode records `Instance.sql` calls under
 
 
 def read_pins(root: Path) -> dict[str, dict[str, Any]]:
@@ -274,6 +279,38 @@ class Instance:
         (refused at once). A carried app's tool waits for its sandboxed worker."""
         return not isinstance(self._tools.get(name), RemoteTool)
 
+    def sql(self, service: str, statement: str, params: list[Any] | None = None
+            ) -> ToolResult:
+        """Run SQL on one service's database under the gate every event's SQL passes (no
+        ATTACH, no transaction control, no pragma or function that reaches outside the
+        database; the call's frozen clock and seeded randomness). Its writes join the
+        episode as a tool call's do, recorded as a call of ``sql``; a refusal or an SQL
+        error is an error result, and changes nothing."""
+        call = self._start_call(SQL_CALL, {"service": service, "sql": statement,
+                                           "params": list(params or [])})
+        if service not in self.mount.manifest.services:
+            result = ToolResult(True, f"no service {service!r} in this world; its services: "
+                                      f"{', '.join(sorted(self.mount.manifest.services))}")
+        else:
+            result = execute_sql(self._connection(service, writes=True), service, statement,
+                                 list(params or []), call.context)
+        return self._finish_call(call, result, writes=True)
+
+    def set_clock(self, ts: str) -> None:
+        """Let the episode's clock read `ts` at the next call (one second more per call
+        after it): a day's implementer follows the plan's times. The clock only goes
+        forward: `ts` before the next call's time is refused (``InputError``)."""
+        self._check_open()
+        problem = ts_problem(ts)
+        if problem is not None:
+            raise InputError(f"clock: {problem}")
+        wanted = ts_millis(ts) // 1000 * 1000  # the clock ticks in whole seconds
+        next_call = self._clock(self._call_index + 1)
+        if wanted < next_call.millis:
+            raise InputError(f"clock {ts}: before the episode's next call time "
+                             f"{next_call.now}; the clock only goes forward")
+        self._clock_base = (_iso(wanted), self._call_index + 1)
+
     async def acall_tool(self, name: str, arguments: dict[str, Any] | None = None
                          ) -> ToolResult:
         """`call_tool` for an event loop: a shipped app's tool runs inline (SQLite, well
@@ -285,8 +322,11 @@ class Instance:
             result = self._dispatch(call)
         return self._finish_call(call, result)
 
-    def shell(self, command: str, limits: Any = None) -> ShellCall:
+    def shell(self, command: str, limits: Any = None, *,
+              env: dict[str, str] | None = None) -> ShellCall:
         """Run `command` in the workspace inside the sandbox; file changes join the episode.
+        `env` adds variables to the sandbox's environment (a re-execution check runs the
+        same commands under another time zone, say).
 
         What the command left is checked first (``envs.workspace``): a special file, a
         name no world can hold or a broken quota makes the call an error result
@@ -295,7 +335,8 @@ class Instance:
         index = self._next_call()
         workspace = self.mount.workspace  # a lazy mount copies the workspace now
         before = self._workspace_before(workspace)
-        outcome = run_sandboxed(command, workspace, limits)
+        outcome = (run_sandboxed(command, workspace, limits) if env is None
+                   else default_sandbox().run(command, workspace, limits, env=env))
         checked = check_workspace(workspace, self.workspace_limits, before)
         refused = checked if isinstance(checked, str) else None
         if isinstance(checked, str):
@@ -422,13 +463,14 @@ class Instance:
         assert result is not None  # only a read-first call asks to be run again
         return result
 
-    def _finish_call(self, call: _PendingCall, result: ToolResult) -> ToolResult:
+    def _finish_call(self, call: _PendingCall, result: ToolResult, *, writes: bool = False
+                     ) -> ToolResult:
         """Record the call, then its effects, in the episode."""
         index = call.context.clock.index
         self.episode.events.append(ToolCall(
             index=index, ts=call.context.clock.now, tool=call.name, arguments=call.arguments,
             is_error=result.is_error, text=result.text, structured=result.structured,
-            writes=call.tool is not None and call.tool.spec.writes))
+            writes=writes or (call.tool is not None and call.tool.spec.writes)))
         self.episode.events.extend(
             DbChange(index=index, service=e.service, changeset=e.changeset,
                      sequences=e.sequences) for e in call.context.effects)
@@ -462,11 +504,15 @@ class Instance:
         return self._call_index
 
     def _clock(self, index: int) -> CallClock:
-        return CallClock.of_call(self.record.last_ts, self.record.world_hash, index)
+        start, first = self._clock_base
+        clock = CallClock.of_call(start, self.record.world_hash, index - first)
+        # The seed stays the call's position in the episode, wherever the clock was set.
+        return dataclasses.replace(clock, index=index, seed=f"{self.record.world_hash}:{index}")
 
     def _new_episode(self) -> None:
         self._episode_count += 1
         self._call_index = 0
+        self._clock_base = (self.record.last_ts, 0)
         episode_id = digest_of([self.record.world_hash, self.instance_id, self._episode_count])
         self.episode = Episode(episode_id=episode_id, world_hash=self.record.world_hash,
                                persona=self.record.persona, day=self.record.day)
@@ -474,6 +520,11 @@ class Instance:
     def _check_open(self) -> None:
         if self._closed:
             raise InstanceClosed(f"instance {self.instance_id} is closed")
+
+
+def _iso(millis: int) -> str:
+    """The whole-second timestamp of `millis` since the epoch (no time zone involved)."""
+    return datetime.fromtimestamp(millis // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)

@@ -476,6 +476,19 @@ def open_readonly(path: Path) -> Iterator[apsw.Connection]:
         conn.close()
 
 
+@contextlib.contextmanager
+def guarded(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """`conn` under the gate events pass (``_authorizer``) for the block: SQL that is
+    not app code (an implementer's statement) may do only what an event may."""
+    before = conn.authorizer
+    conn.authorizer = _authorizer
+    take_denial()  # a stale reason must not be blamed on this statement
+    try:
+        yield conn
+    finally:
+        conn.authorizer = before
+
+
 def unguarded(conn: apsw.Connection, sql: str) -> None:
     """Run `sql` on an event connection past its authorizer: the host's own settings
     (pragmas an event may not run), never an event's SQL."""

@@ -34,6 +34,7 @@ time), and compares every output file byte for byte and every world hash.
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import shutil
 import tempfile
@@ -52,6 +53,7 @@ from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
+from synth.implement import DayOutcome, implement_day
 from synth.personas import (
     BibleOut,
     accounts_file,
@@ -63,6 +65,7 @@ from synth.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
 from synth.plans import PlanOut, PlanStage, WorldFacts, world_facts
 from synth.prompts import ENV_STAGES, versions
 from synth.scenarios import expand, read_scenarios, read_seeds
+from synth.setup import setup_lines
 from synth.stage import (
     MAX_ATTEMPTS,
     Budget,
@@ -85,7 +88,7 @@ SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
 
 class Command(msgspec.Struct, frozen=True):
-    kind: str  # "scenarios", "envs", "persona" or "plan"
+    kind: str  # "scenarios", "envs", "persona", "plan", "setup" or "day"
     args: dict[str, Any]
 
 
@@ -354,6 +357,127 @@ def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
             else []}
 
 
+def synth_day(folder: Path, settings: Settings, persona: str, day: int,
+              open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
+    """``synth day``: day `day` of `persona`'s world, planned when it has no plan yet, then
+    implemented by the coding agent, validated and stored (``synth.implement``). Day 0,
+    the world's set-up, is stored first when the store has no day of the persona."""
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    _bible(folder, persona)
+    if day < 1:
+        raise SynthError(f"--day {day}: days to make start at 1 (day 0 is the world's set-up, "
+                         "made with the first day)")
+    stored = _stored_days(open_worlds, persona)
+    if day in stored:
+        return _day_report(folder, persona, day, already=True)
+    last = stored[-1] if stored else None
+    if (last if last is not None else 0) != day - 1:
+        raise SynthError(f"{persona}: day {day} comes after day {day - 1}, but the store's "
+                         f"last day of {persona} is "
+                         f"{last if last is not None else 'none (make day 1 first)'}")
+    open_worlds().close()  # the store is made, or refused, before any model call
+    if last is None:
+        setup = Command("setup", {"persona": persona})
+        _record(folder, setup)
+        _run_setup(folder, setup, open_worlds)
+    if not _plan_path(folder, persona, day).is_file():
+        planned = synth_plan(folder, settings, persona, day, open_worlds)
+        if planned["status"] != "accepted":
+            return {**planned, "status": "failed", "stage": "plan"}
+    command = Command("day", {"persona": persona, "day": day})
+    _record(folder, command)
+    return _run_day(folder, ctx, command, open_worlds)
+
+
+def synth_world(folder: Path, settings: Settings, persona: str, to_day: int,
+                open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
+    """``synth world``: every day of `persona` up to `to_day` the store lacks, in order,
+    stopping at the first that is not stored."""
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    _bible(folder, persona)
+    if to_day < 1:
+        raise SynthError(f"--to-day {to_day}: a world's days to make start at 1")
+    days = []
+    for day in range(1, to_day + 1):
+        report = synth_day(folder, settings, persona, day, open_worlds)
+        days.append(report)
+        if report["status"] != "stored":
+            return {"status": "stopped", "persona": persona, "to_day": to_day, "days": days}
+    return {"status": "stored", "persona": persona, "to_day": to_day, "days": days}
+
+
+def _stored_days(open_worlds: Callable[..., Worlds], persona: str) -> list[int]:
+    """The persona's stored days, ascending; none when there is no store yet (nothing is
+    made to find that out)."""
+    try:
+        with open_worlds(create=False) as worlds:
+            return [r.day for r in worlds.store.days(persona)]
+    except NotFoundError:
+        return []
+
+
+def _plan_path(folder: Path, persona: str, day: int) -> Path:
+    return folder / "personas" / persona / "plans" / f"day-{day}.json"
+
+
+def _day_path(folder: Path, persona: str, day: int) -> Path:
+    return folder / "personas" / persona / "days" / f"day-{day}.json"
+
+
+def _run_setup(folder: Path, command: Command, open_worlds: Callable[[], Worlds]) -> None:
+    persona = str(command.args["persona"])
+    bible = _bible(folder, persona)
+    with open_worlds() as worlds:
+        if not list(worlds.store.days(persona)):
+            worlds.import_stream(io.BytesIO(setup_lines(bible)),
+                                 source=f"<synth setup of {persona}>")
+        _write_world(folder, worlds, persona)
+
+
+def _run_day(folder: Path, ctx: Context, command: Command,
+             open_worlds: Callable[[], Worlds]) -> dict[str, Any]:
+    persona, day = str(command.args["persona"]), int(command.args["day"])
+    bible = _bible(folder, persona)
+    plan = msgspec.json.decode(_plan_path(folder, persona, day).read_bytes(), type=PlanOut)
+    with open_worlds() as worlds:
+        if day in {r.day for r in worlds.store.days(persona)}:
+            return _day_report(folder, persona, day, already=True)
+        outcome = implement_day(ctx, worlds, bible, plan)
+        write_atomically(_day_path(folder, persona, day), encode(outcome))
+        if outcome.status == "stored":
+            _write_world(folder, worlds, persona)
+    return _day_report(folder, persona, day)
+
+
+def _day_report(folder: Path, persona: str, day: int, *, already: bool = False
+                ) -> dict[str, Any]:
+    path = _day_path(folder, persona, day)
+    outcome = msgspec.json.decode(path.read_bytes(), type=DayOutcome) if path.is_file() \
+        else None
+    if outcome is None:  # stored by other means (an episode, an import)
+        return {"status": "stored", "persona": persona, "day": day, "already": already,
+                "attempts": [], "world_hash": None, "tokens": 0}
+    return {"status": outcome.status, "persona": persona, "day": day, "already": already,
+            "world_hash": outcome.world_hash, "tokens": outcome.tokens,
+            "attempts": [msgspec.to_builtins(a) for a in outcome.attempts]}
+
+
+def _write_world(folder: Path, worlds: Worlds, persona: str) -> None:
+    """The persona's log as the run's world file (the pack takes it) and its days'
+    hashes beside it."""
+    out = io.BytesIO()
+    worlds.export(persona, out)
+    write_atomically(folder / "worlds" / f"{persona}.jsonl", out.getvalue())
+    days = {str(r.day): r.world_hash for r in worlds.store.days(persona)}
+    last = max(worlds.store.days(persona), key=lambda r: r.day)
+    write_atomically(folder / "worlds" / f"{persona}.json", encode(
+        {"persona": persona, "world_hash": last.world_hash, "days": days}))
+
+
 def synth_envs(folder: Path, settings: Settings, scenarios: Path,
                open_worlds: Callable[[], Worlds], *, only: str | None = None,
                tasks_per_scenario: int = 10) -> EnvsReport:
@@ -573,8 +697,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
                         recordings=folder / "recordings")
     store = target / "store"
 
-    def open_worlds() -> Worlds:
-        return Worlds.open(store / "worlds.sqlite", store / "cache")
+    def open_worlds(*, create: bool = True) -> Worlds:
+        return Worlds.open(store / "worlds.sqlite", store / "cache", create=create)
 
     stopped: list[str] = []
     for command in config.commands:
@@ -590,6 +714,10 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
             _run_persona(target, ctx, command)
         elif command.kind == "plan":
             _run_plan(target, ctx, command)
+        elif command.kind == "setup":
+            _run_setup(target, command, open_worlds)
+        elif command.kind == "day":
+            _run_day(target, ctx, command, open_worlds)
         else:
             envs = _run_envs(target, ctx, command, settings, open_worlds)
             stopped += [f"{r.scenario}: {r.reason}" for r in envs.results
@@ -637,5 +765,6 @@ def _files(root: Path, top: str) -> dict[str, Path]:
 __all__ = ["COMPARED", "NOT_RUN_NO_MODEL", "Command", "EnvsReport", "ReplayReport",
            "RunConfig", "Settings", "compare_runs", "open_run",
            "pack_dir", "read_config", "replay_run", "run_name", "split_of", "status", "summarize",
-           "synth_envs", "synth_scenarios", "write_pack"]
+           "synth_day", "synth_envs", "synth_persona", "synth_plan", "synth_scenarios",
+           "synth_world", "write_pack"]
 

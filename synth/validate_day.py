@@ -249,11 +249,13 @@ def load_produces(source: Path | Mapping[str, Any]) -> Produces:
 def validate_day(worlds: Worlds, ref: str, *,
                  produces: Path | Mapping[str, Any] | Produces | None = None,
                  reviewer: Reviewer | None = None, env: Environment | None = None,
-                 plan: str | None = None) -> DayReport:
-    """Run the five layers on the persona-day `ref` (``persona@day`` or a world hash)."""
+                 plan: str | None = None, reserved_by: Worlds | None = None) -> DayReport:
+    """Run the five layers on the persona-day `ref` (``persona@day`` or a world hash).
+    `reserved_by`: the store whose other personas reserve names (default `worlds`; a
+    candidate day checked in a scratch store is held to the real store's personas)."""
     record = worlds.resolve(ref)
     context = _DayContext.load(worlds, record)
-    layers = [lint_layer(context)]
+    layers = [lint_layer(context, reserved_by)]
     scratch = worlds.cache.scratch()
     try:
         replayed, world = replay_layer(context, scratch)
@@ -327,7 +329,7 @@ def _finding(context: _DayContext, index: int | None, message: str,
             **extra}
 
 
-def lint_layer(context: _DayContext) -> LayerResult:
+def lint_layer(context: _DayContext, reserved_by: Worlds | None = None) -> LayerResult:
     findings = _Findings()
     _lint_timestamps(context, findings)
     for index, event in enumerate(context.events):
@@ -340,7 +342,7 @@ def lint_layer(context: _DayContext) -> LayerResult:
             if problem:
                 findings.problem(context, index, problem)
     try:
-        reserved = reserved_identities(context.worlds, context.record.persona)
+        reserved = reserved_identities(reserved_by or context.worlds, context.record.persona)
     except WorldError as exc:  # an unchecked name must not pass: fail closed
         reserved = {}
         findings.problem(context, None, f"cannot read the names other personas reserve: {exc}")

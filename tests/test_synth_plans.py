@@ -135,8 +135,8 @@ def test_the_run_with_plans_replays_offline(planned: tuple[Path, list[Any]],
 def test_day_refusals(planned: tuple[Path, list[Any]], tmp_path: Path) -> None:
     run, _ = planned
     common = ["--run", str(run), "--model", MODEL, "--api-base", "http://127.0.0.1:9/v1"]
-    assert "add --plan-only" in refused(invoke("synth", "day", "astrid", "--day", "3",
-                                               *common))
+    assert "make day 1 first" in refused(invoke("synth", "day", "astrid", "--day", "3",
+                                                *common))
     assert "'nobody' is not an accepted persona" in refused(invoke(
         "synth", "day", "nobody", "--day", "1", "--plan-only", *common))
     assert "days to plan start at 1" in refused(invoke(

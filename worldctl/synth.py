@@ -266,7 +266,7 @@ def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
 
 @synth_group.command("day")
 @click.argument("persona")
-@click.option("--day", "day", required=True, type=int, help="The day to plan (from 1).")
+@click.option("--day", "day", required=True, type=int, help="The day to make (from 1).")
 @click.option("--plan-only", is_flag=True,
               help="Write the day's plan alone.")
 @click.option("--from-episode", "episode_id", default=None,
@@ -279,42 +279,102 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
                   judge_model: str | None, embedding_model: str | None,
                   api_base: str | None, concurrency: int, budget_tokens: int | None,
                   budget_cost: float | None, as_json: bool) -> None:
-    """Plan day N of an accepted persona of the run (--plan-only): timed activities
-    through its services' tools and its workspace, from its bible, its earlier plans and
-    what the store holds of its world, with coverage pressure from earlier days' events;
-    written to RUN/personas/<persona>/plans/day-<N>.json; exit 1 unless accepted. Or make
-    day N from a stored episode on PERSONA@N-1 (--from-episode ID): its effects as the
-    day's events, stored only when they replay to the episode's final world."""
-    from replay.engine import Worlds
-    from synth.errors import SynthError
-    from synth.runs import synth_plan
-    from worldctl.session import session
+    """Make day N of an accepted persona of the run and append it to the store: planned
+    (timed activities through its services' tools and its workspace, from its bible, its
+    earlier plans and what the store holds of its world, with coverage pressure from
+    earlier days' events; RUN/personas/<persona>/plans/day-<N>.json), then implemented
+    by a coding agent in a live instance of PERSONA@N-1 (services' tools, SQL, the
+    shell, the plan's clock), validated (re-execution, the five layers) with failures fed
+    back, at most 3 attempts (RUN/personas/<persona>/days/day-<N>.json). Day 0, the
+    world's set-up, comes first when the store has none. --plan-only writes the plan
+    alone; --from-episode ID makes the day from a stored episode on PERSONA@N-1 instead.
+    Exit 1 unless the plan was accepted (--plan-only) or the day stored."""
+    from synth.runs import synth_day, synth_plan
 
     if episode_id is not None:
         _day_from_episode(ctx, persona, day, episode_id, as_json)
         return
-    if not plan_only:
-        raise SynthError("implementing a day by a coding agent is not built yet: add "
-                         "--plan-only to write the day's plan, or --from-episode ID to make "
-                         "the day from a stored episode")
-    where = session(ctx)
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
                          budget_tokens, budget_cost)
+    open_worlds = _store_opener(ctx)
+    if plan_only:
+        report = synth_plan(run_dir, settings, persona, day,
+                            lambda: open_worlds(create=False))
 
-    def open_worlds() -> Worlds:
-        return Worlds.open(where.store, where.cache, create=False)
+        def accepted() -> str:
+            plan = report["plan"]
+            return (f"{persona} day {day} ({plan['date']}): {len(plan['activities'])} "
+                    f"activities: {plan['summary']}\n  "
+                    f"{run_dir / 'personas' / persona / 'plans' / f'day-{day}.json'}")
 
-    report = synth_plan(run_dir, settings, persona, day, open_worlds)
+        _stage_report("day", report, as_json, accepted,
+                      lambda: f"day: no plan accepted after {report['attempts']} attempts: "
+                              + "; ".join(report["errors"][:3]))
+        return
+    made = synth_day(run_dir, settings, persona, day, open_worlds)
+    _days_report([made], as_json, made)
 
-    def accepted() -> str:
-        plan = report["plan"]
-        return (f"{persona} day {day} ({plan['date']}): {len(plan['activities'])} "
-                f"activities: {plan['summary']}\n  "
-                f"{run_dir / 'personas' / persona / 'plans' / f'day-{day}.json'}")
 
-    _stage_report("day", report, as_json, accepted,
-                  lambda: f"day: no plan accepted after {report['attempts']} attempts: "
-                          + "; ".join(report["errors"][:3]))
+@synth_group.command("world")
+@click.argument("persona")
+@click.option("--to-day", "to_day", required=True, type=int,
+              help="Make every day up to this one the store lacks.")
+@_model_options
+@click.pass_context
+def synth_world_cmd(ctx: click.Context, persona: str, to_day: int, run_dir: Path,
+                    model: str | None, judge_model: str | None, embedding_model: str | None,
+                    api_base: str | None, concurrency: int, budget_tokens: int | None,
+                    budget_cost: float | None, as_json: bool) -> None:
+    """Make an accepted persona's world day by day up to day N (each day as `synth day`
+    makes it), resuming after the last stored day; stops at the first day not stored.
+    Exit 1 unless every day is stored."""
+    from synth.runs import synth_world
+
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
+    report = synth_world(run_dir, settings, persona, to_day, _store_opener(ctx))
+    _days_report(report.get("days", []), as_json, report)
+
+
+def _store_opener(ctx: click.Context) -> Callable[..., Any]:
+    from replay.engine import Worlds
+    from worldctl.session import session
+
+    where = session(ctx)
+
+    def open_worlds(*, create: bool = True) -> Worlds:
+        return Worlds.open(where.store, where.cache, create=create)
+
+    return open_worlds
+
+
+def _days_report(days: list[dict[str, Any]], as_json: bool, report: dict[str, Any]) -> None:
+    """Print what became of each day; exit 1 unless all were stored."""
+    from synth.runs import NOT_RUN_NO_MODEL
+
+    if as_json:
+        render.emit_json(report)
+    elif report["status"] == NOT_RUN_NO_MODEL:
+        click.echo(f"day: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
+    for day in [] if as_json else days:
+        click.echo(_day_line(day))
+    if report["status"] != "stored":
+        sys.exit(1)
+
+
+def _day_line(day: dict[str, Any]) -> str:
+    where = f"{day.get('persona')}@{day.get('day')}"
+    if day.get("stage") == "plan":
+        return f"{where}: no plan accepted after {day['attempts']} attempts: " + "; ".join(
+            day.get("errors", [])[:3])
+    attempts = day.get("attempts") or []
+    if day["status"] == "stored":
+        if day.get("already"):
+            return f"{where}: in the store already"
+        return (f"{where} {day['world_hash']}: stored after {len(attempts)} attempt"
+                f"{'s' * (len(attempts) != 1)}, {attempts[-1]['events']} events")
+    problems = "; ".join(f"attempt {a['number']}: {a['problem']}" for a in attempts)
+    return f"{where}: not stored after {len(attempts)} attempts: {problems}"
 
 
 def _stage_report(what: str, report: dict[str, Any], as_json: bool,

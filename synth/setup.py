@@ -1,0 +1,71 @@
+"""A persona world's day 0 (methods.md section 4): the computer as it is before the first
+planned day, made from the persona's bible and the app library, with no model involved.
+
+For each of the bible's services, day 0 pins the library's app (an ``app`` event: the
+service's name, the app's name, version and digest, so that every later day is served by
+exactly that code) and creates the service's schema: the ``CREATE`` statements of that
+service in the app library's reference world (the bundled demo world's day 0, whose
+databases the shipped apps were written against). The workspace gets ``accounts.json``:
+the persona's accounts with their deterministic password hashes (``synth.personas``).
+
+Everything else (contacts, messages, orders, files) is written by the days, which the
+implementer makes from plans; the first plan sees empty tables. Day 0's events all carry
+``SETUP_TS``: the world begins before any plan's date.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import msgspec
+
+from envs.apps import SHIPPED
+from packs.registry import load_pack
+from synth.errors import SynthError
+from synth.personas import BibleOut, accounts_file
+from synth.stage import encode
+from worldstore.canonical import digest
+from worldstore.events import AppPayload, FileWritePayload, Payload, SqlPayload
+from worldstore.interchange import export_line
+
+SETUP_TS = "2026-01-01T00:00:00Z"
+ACCOUNTS_FILE = "accounts.json"
+_REFERENCE_PACK = "demo"
+
+
+@cache
+def library_schemas() -> dict[str, tuple[str, ...]]:
+    """Per service of the app library, its schema: the ``CREATE`` statements of the
+    reference world's day 0, in their order."""
+    found: dict[str, list[str]] = {}
+    for world in load_pack(_REFERENCE_PACK).worlds:
+        for line in world.read_bytes().splitlines():
+            event = msgspec.json.decode(line)
+            if event.get("day") != 0 or event.get("type") != "sql":
+                continue
+            sql = str(event["sql"])
+            if sql.lstrip()[:6].upper() == "CREATE":
+                found.setdefault(str(event["service"]), []).append(sql)
+    return {service: tuple(statements) for service, statements in sorted(found.items())}
+
+
+def setup_lines(bible: BibleOut) -> bytes:
+    """Day 0 of `bible`'s persona as interchange lines."""
+    schemas = library_schemas()
+    events: list[tuple[Payload, bytes | None]] = []
+    for service in sorted(bible.services):
+        app = SHIPPED.get(service)
+        if app is None or service not in schemas:
+            raise SynthError(f"persona {bible.name!r}: service {service!r} is not in the app "
+                             f"library (services: {', '.join(sorted(schemas))})")
+        events.append((AppPayload(service=service, app=app.name, version=app.version,
+                                  digest=app.digest, carried=False), None))
+        events += [(SqlPayload(service=service, sql=sql), None) for sql in schemas[service]]
+    accounts = encode(accounts_file(bible))
+    events.append((FileWritePayload(path=ACCOUNTS_FILE, blob=digest(accounts),
+                                    size=len(accounts), encoding="text"), accounts))
+    return b"".join(export_line(bible.name, 0, SETUP_TS, payload, blob)
+                    for payload, blob in events)
+
+
+__all__ = ["ACCOUNTS_FILE", "SETUP_TS", "library_schemas", "setup_lines"]
