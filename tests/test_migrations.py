@@ -27,7 +27,8 @@ from worldstore.open import open_event_store
 from worldstore.sqlstore import SqlEventStore
 from worldstore.testing import append, build_day, contents, next_day
 
-STORE_TABLES = {"personas", "events", "days", "blobs", "episodes", "alembic_version"}
+STORE_TABLES = {"personas", "events", "days", "blobs", "episodes", "claims",
+                "alembic_version"}
 FUTURE = "9999_from_the_future"
 
 

@@ -49,3 +49,7 @@ def test_persona_order_ignores_the_database_collation(pg_url: str) -> None:
         assert [r.persona for r in store.days_with_hash(same)] == ["a-c", "a0", "a_b", "ab"]
     finally:
         store.close()
+
+
+class TestPostgresClaimStore(PostgresStore, testing.ClaimStoreContract):
+    pass

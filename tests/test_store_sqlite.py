@@ -24,3 +24,7 @@ class TestSqliteEventStore(SqliteStore, testing.EventStoreContract):
 
 class TestSqliteEpisodeStore(SqliteStore, testing.EpisodeStoreContract):
     pass
+
+
+class TestSqliteClaimStore(SqliteStore, testing.ClaimStoreContract):
+    pass

@@ -20,7 +20,7 @@ from worldstore.errors import StoreVersionError
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0002_episodes"
+HEAD_REVISION = "0003_claims"
 _PG_LOCK_KEY = 0x776F726C64  # advisory lock: one migrator at a time on PostgreSQL
 
 

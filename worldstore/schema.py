@@ -61,3 +61,12 @@ episodes = sa.Table(
     sa.Column("n_calls", sa.Integer, nullable=False),
     sa.Column("body", sa.LargeBinary, nullable=False),  # the Episode as JSON, opaque here
 )
+
+claims = sa.Table(
+    "claims", metadata,
+    sa.Column("scope", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(128), primary_key=True),
+    sa.Column("owner", sa.String(200), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),  # opaque to the store
+)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,16 @@ from sqlalchemy.engine import Connection, Engine
 
 from worldstore.errors import ConflictError, DayOrderError, NotFoundError, StoreError
 from worldstore.events import StoredEvent
-from worldstore.schema import blobs, days, episodes, events, metadata, personas
-from worldstore.store import DayRecord, EpisodeRecord, NewDay, PersonaSummary, WorldStore
+from worldstore.schema import blobs, claims, days, episodes, events, metadata, personas
+from worldstore.store import (
+    ClaimRecord,
+    ClaimState,
+    DayRecord,
+    EpisodeRecord,
+    NewDay,
+    PersonaSummary,
+    WorldStore,
+)
 
 WRITE_OPTION = "worldstore_write"
 EVENT_PAGE = 5000
@@ -323,8 +331,56 @@ class SqlEventStore(WorldStore):
             # Code-point order whatever the collation (see personas()).
             return sorted((_episode_record(r) for r in rows), key=lambda r: r.episode_id)
 
+    # --- claims ---------------------------------------------------------------------
+
+    def claim(self, record: ClaimRecord,
+              conflict: Callable[[list[ClaimRecord]], str | None]) -> str | None:
+        try:
+            with self.writer.begin() as conn:
+                if self._is_pg:
+                    # SQLite's writers already queue (BEGIN IMMEDIATE); PostgreSQL's take
+                    # the table's claim lock, so one decision sees the claims before it.
+                    conn.exec_driver_sql("LOCK TABLE claims IN EXCLUSIVE MODE")
+                rows = conn.execute(sa.select(claims).where(
+                    claims.c.scope == record.scope)).mappings().all()
+                found = sorted((_claim_record(r) for r in rows), key=lambda c: c.key)
+                if any(c.key == record.key for c in found):
+                    raise ConflictError(f"claim {record.key!r} of {record.scope!r} is taken "
+                                        "already; nothing was written")
+                reason = conflict([c for c in found if c.state != "dropped"])
+                if reason is not None:
+                    return reason
+                conn.execute(sa.insert(claims).values(
+                    scope=record.scope, key=record.key, owner=record.owner, state="open",
+                    body=record.body))
+        except (sa.exc.IntegrityError, sa.exc.OperationalError, sa.exc.DataError) as exc:
+            raise StoreError(f"claim {record.key!r} of {record.scope!r}: store error, "
+                             f"nothing written: {exc.orig}") from None
+        return None
+
+    def settle(self, scope: str, key: str, state: ClaimState) -> None:
+        if state not in ("kept", "dropped"):
+            raise StoreError(f"claim {key!r}: a claim is settled as kept or dropped, not "
+                             f"{state!r}")
+        with self.writer.begin() as conn:
+            moved = conn.execute(sa.update(claims).where(
+                claims.c.scope == scope, claims.c.key == key, claims.c.state == "open"
+            ).values(state=state)).rowcount
+        if moved != 1:
+            raise NotFoundError(f"claim {key!r} of {scope!r}: no open claim to settle")
+
+    def claims(self, scope: str) -> list[ClaimRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(claims).where(claims.c.scope == scope)).mappings()
+            return sorted((_claim_record(r) for r in rows), key=lambda c: c.key)
+
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _claim_record(row: Any) -> ClaimRecord:
+    return ClaimRecord(scope=row["scope"], key=row["key"], owner=row["owner"],
+                       state=row["state"], body=bytes(row["body"]))
 
 
 def _event_row(e: StoredEvent) -> dict[str, Any]:

@@ -4,6 +4,8 @@ Two interfaces, because they hold different things with different rules:
 
 * ``EventStore``: persona-day event logs (personas, days, events) and their blobs;
 * ``EpisodeStore``: recorded agent episodes, write-once records beside the logs.
+* ``ClaimStore``: claims that parallel workers take before they make something others
+  must not duplicate (task synthesis: a task in flight), decided under one lock.
 
 ``WorldStore`` is both at once, in one database: what ``worldstore.open.open_event_store``
 returns and ``replay.Worlds`` holds. ``worldstore.testing`` checks each interface on any
@@ -25,13 +27,20 @@ Guarantees of an EpisodeStore:
   (also when two writers race); a different record under a stored episode_id is a
   ConflictError and changes nothing.
 * An episode's body is opaque bytes, returned exactly as stored.
+
+Guarantees of a ClaimStore:
+
+* ``claim`` is serialised per store: the check that decides it sees every claim of its
+  scope committed before it, and no claim of the scope is taken while it decides, so of
+  two claimants that would conflict, exactly one gets its claim (whatever the timing).
+* A claim's state moves from "open" to "kept" or "dropped" only; its body is opaque.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
-from typing import Self
+from collections.abc import Callable, Iterable, Iterator
+from typing import Literal, Self
 
 import msgspec
 
@@ -163,5 +172,40 @@ class EpisodeStore(StoreConnection):
         (code-point order)."""
 
 
-class WorldStore(EventStore, EpisodeStore):
-    """Both interfaces over one database: the logs and the episodes recorded on them."""
+ClaimState = Literal["open", "kept", "dropped"]
+
+
+class ClaimRecord(msgspec.Struct, frozen=True):
+    """One claim: `key` within `scope`, taken by `owner`, with an opaque `body` (what is
+    claimed, as the claimant encodes it)."""
+
+    scope: str
+    key: str
+    owner: str
+    state: ClaimState
+    body: bytes
+
+
+class ClaimStore(StoreConnection):
+    """Claims of parallel workers (see the module docstring)."""
+
+    @abc.abstractmethod
+    def claim(self, record: ClaimRecord,
+              conflict: Callable[[list[ClaimRecord]], str | None]) -> str | None:
+        """Take `record`'s claim unless `conflict`, called under the store's claim lock
+        with every claim of the scope that is not dropped (key order), gives a reason;
+        returns that reason (nothing is written), or None (the claim is stored, open).
+        A key already claimed in the scope is a ConflictError."""
+
+    @abc.abstractmethod
+    def settle(self, scope: str, key: str, state: ClaimState) -> None:
+        """Move an open claim to "kept" or "dropped"; NotFoundError if there is none."""
+
+    @abc.abstractmethod
+    def claims(self, scope: str) -> list[ClaimRecord]:
+        """Every claim of `scope`, dropped ones included, in key order (code points)."""
+
+
+class WorldStore(EventStore, EpisodeStore, ClaimStore):
+    """The interfaces over one database: the logs, the episodes recorded on them and the
+    claims of the workers that make things from them."""

@@ -30,6 +30,7 @@ import abc
 import functools
 import operator
 import threading
+import time
 import unittest
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,8 @@ from worldstore.events import (
     make_event,
 )
 from worldstore.store import (
+    ClaimRecord,
+    ClaimStore,
     DayRecord,
     EpisodeRecord,
     EpisodeStore,
@@ -619,7 +622,65 @@ class EpisodeStoreContract(StoreContract[EpisodeStore]):
         self.assertEqual(self.store.episodes(), winners)
 
 
+class ClaimStoreContract(StoreContract[ClaimStore]):
+    """Guarantees every ClaimStore keeps (see worldstore/store.py)."""
+
+    def claim_of(self, key: str, word: str, *, scope: str = "tasks") -> ClaimRecord:
+        return ClaimRecord(scope=scope, key=key, owner=f"worker-{key}", state="open",
+                           body=word.encode())
+
+    @staticmethod
+    def no_twin(word: str, pause: float = 0.0) -> Callable[[list[ClaimRecord]], str | None]:
+        """The conflict check of a claimant of `word`: another claim of the same word
+        (deciding `pause` seconds, so that racing claimants overlap)."""
+        def check(found: list[ClaimRecord]) -> str | None:
+            time.sleep(pause)
+            twins = [c.key for c in found if c.body == word.encode()]
+            return f"{word!r} is claimed by {twins[0]}" if twins else None
+        return check
+
+    def test_a_claim_reads_back_and_settles_once(self) -> None:
+        self.assertEqual(self.store.claims("tasks"), [])
+        self.assertIsNone(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")))
+        self.assertIsNone(self.store.claim(self.claim_of("a", "y"), self.no_twin("y")))
+        self.assertEqual([(c.key, c.state, c.body) for c in self.open_store().claims("tasks")],
+                         [("a", "open", b"y"), ("b", "open", b"x")])
+        self.store.settle("tasks", "b", "kept")
+        with self.assertRaises(NotFoundError):
+            self.store.settle("tasks", "b", "dropped")  # settled already
+        with self.assertRaises(NotFoundError):
+            self.store.settle("tasks", "zz", "kept")
+        with self.assertRaises(StoreError):
+            self.store.settle("tasks", "a", "open")  # type: ignore[arg-type]
+        self.assertEqual([c.state for c in self.store.claims("tasks")], ["open", "kept"])
+        self.assertEqual(self.store.claims("other"), [])
+
+    def test_a_conflict_writes_nothing_and_a_dropped_claim_no_longer_counts(self) -> None:
+        self.assertIsNone(self.store.claim(self.claim_of("a", "x"), self.no_twin("x")))
+        self.assertEqual(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")),
+                         "'x' is claimed by a")
+        self.assertEqual([c.key for c in self.store.claims("tasks")], ["a"])
+        with self.assertRaises(ConflictError):
+            self.store.claim(self.claim_of("a", "z"), self.no_twin("z"))
+        self.store.settle("tasks", "a", "dropped")
+        self.assertIsNone(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")))
+        self.assertIsNone(self.store.claim(self.claim_of("a", "x", scope="elsewhere"),
+                                           self.no_twin("x")))
+
+    def test_of_racing_claimants_of_one_thing_exactly_one_gets_it(self) -> None:
+        for round_no in range(3):
+            scope = f"race-{round_no}"
+            raised = self.run_concurrently([
+                functools.partial(lambda store, key: store.claim(
+                    self.claim_of(key, "same", scope=scope), self.no_twin("same", 0.05)),
+                    key=k)
+                for k in ("a", "b", "c", "d")])
+            self.assertEqual(raised, [None] * 4)
+            self.assertEqual(len(self.store.claims(scope)), 1)
+
+
 __all__ = [
+    "ClaimStoreContract",
     "EpisodeStoreContract",
     "EventStoreContract",
     "StoreContract",
