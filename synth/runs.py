@@ -13,8 +13,11 @@ A run lives in one folder::
     personas.jsonl           the personas accepted by ``synth persona`` (name, signature)
     personas/<name>/         each accepted persona's bible.json and accounts.json, and its
                              day plans (plans/day-<N>.json, ``synth day --plan-only``)
+                             and days (days/day-<N>.json: the implementation's attempts)
+    tasks/<persona>/<id>.json  every task rank of ``synth tasks``: its candidate, the
+                             diversity gate's decision, the gates' rounds (the funnel)
     log/<scenario>.jsonl     the synthesis log: every attempt, output, error, summary
-    worlds/<persona>.jsonl   each world's day 0 as interchange lines (+ .json: its report)
+    worlds/<persona>.jsonl   each world's log as interchange lines (+ .json: its hashes)
     envs/<scenario>.json     what became of each scenario, stage by stage, task by task
     pack/<name>/             a pack (``packs``; named as the run): world logs, the task
                              folders the gates accepted, splits (``worldctl pack import``)
@@ -47,6 +50,9 @@ from typing import Any, TextIO
 import msgspec
 
 from envs.apps import SHIPPED
+from envs.instance import Environment
+from gates.judges import AgentJudge, CodeJudge
+from gates.quality import Judges
 from llm.client import LLMClient, Mode
 from llm.errors import RecordingMissing
 from packs.registry import FORMAT as PACK_FORMAT
@@ -72,17 +78,19 @@ from synth.stage import (
     Context,
     Progress,
     StageOutcome,
+    canonical_digest,
     encode,
     run_stage,
     write_atomically,
 )
+from synth.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
 from worldstore.errors import NotFoundError
 
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
 NOT_RUN_NO_MODEL = "not run: no model configured"
 COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "personas.jsonl",
-            "personas", "outputs", "log", "worlds", "envs", "pack", "summary.json")
+            "personas", "outputs", "log", "worlds", "envs", "tasks", "pack", "summary.json")
 # Splits of a run's pack, by the task id's SHA-256 (a task keeps its split across runs).
 SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
@@ -478,6 +486,106 @@ def _write_world(folder: Path, worlds: Worlds, persona: str) -> None:
         {"persona": persona, "world_hash": last.world_hash, "days": days}))
 
 
+def synth_tasks(folder: Path, settings: Settings, persona: str, days: list[int],
+                difficulties: list[str], count: int, parallel: int,
+                open_worlds: Callable[..., Worlds], agent_models: list[str] | None = None
+                ) -> dict[str, Any]:
+    """``synth tasks``: `count` tasks per slot (a day and a difficulty) on `persona`'s
+    world, through proposal, the diversity gate, ensemble rollouts and the five gates with
+    revisions (``synth.tasks``); accepted ones into the run's pack."""
+    _, ctx = open_run(folder, settings)
+    if not ctx.client.configured:
+        return {"status": NOT_RUN_NO_MODEL}
+    _bible(folder, persona)
+    if len(difficulties) == 1:
+        difficulties = difficulties * len(days)
+    if not days or len(difficulties) != len(days):
+        raise SynthError(f"--days has {len(days)} days and --difficulty {len(difficulties)} "
+                         "labels: give one label, or one per day")
+    bad = sorted({d for d in difficulties if d not in ("hard", "medium")})
+    if bad:
+        raise SynthError(f"--difficulty {bad[0]}: a task is asked for as hard or medium")
+    stored = _stored_days(open_worlds, persona)
+    missing = [d for d in days if d not in stored]
+    if missing:
+        raise SynthError(f"{persona}@{missing[0]} is not in the store (make the world first: "
+                         f"`worldctl synth world {persona} --to-day {max(days)}`)")
+    if count < 1 or parallel < 1:
+        raise SynthError("--count and --parallel are at least 1")
+    config = read_config(folder)
+    command = Command("tasks", {
+        "persona": persona, "days": days, "difficulties": difficulties, "count": count,
+        "parallel": parallel, "agent_models": agent_models or [config.model],
+        "judge_model": settings.judge_model, "embedding_model": settings.embedding_model,
+        "after": sorted(_pack_tasks(folder, config, persona))})
+    _record(folder, command)
+    return _run_tasks(folder, ctx, command, settings, open_worlds)
+
+
+def _pack_tasks(folder: Path, config: RunConfig, persona: str) -> dict[str, str]:
+    """The pack's accepted tasks on `persona`'s world: task id -> instruction."""
+    tasks = pack_dir(folder, config) / "tasks"
+    found = {}
+    for spec in sorted(tasks.glob("*/task.json")) if tasks.is_dir() else []:
+        data = msgspec.json.decode(spec.read_bytes())
+        if str(data.get("world", "")).startswith(f"{persona}@"):
+            found[str(data["task_id"])] = str(data["instruction"])
+    return found
+
+
+def _run_tasks(folder: Path, ctx: Context, command: Command, settings: Settings,
+               open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
+    args = command.args
+    persona = str(args["persona"])
+    config = read_config(folder)
+    bible = _bible(folder, persona)
+    after = set(args.get("after") or [])
+    taken = [t for i, t in sorted(_pack_tasks(folder, config, persona).items()) if i in after]
+    ctx.embedder = _client(folder, settings, args.get("embedding_model"))
+    judge = _client(folder, settings, args.get("judge_model"))
+    slots = [Slot(int(d), str(k)) for d, k in  # type: ignore[arg-type]
+             zip(args["days"], args["difficulties"], strict=True)]
+
+    def client_for(model: str) -> LLMClient:
+        found = _client(folder, settings, model)
+        assert found is not None
+        return found
+
+    with open_worlds() as worlds, Environment(worlds) as env:
+        judges = (Judges(llm=CodeJudge(judge), agent=AgentJudge(judge, worlds=worlds))
+                  if judge is not None else Judges())
+        scope = _fresh_scope(worlds, f"synth-tasks:{config.name}:"
+                                     f"{canonical_digest(msgspec.to_builtins(command))[:16]}")
+        job = TasksJob(ctx=ctx, env=env, bible=bible, slots=slots, count=int(args["count"]),
+                       parallel=int(args["parallel"]), scope=scope, taken=taken,
+                       records=folder / "tasks" / persona,
+                       accepted_dir=pack_dir(folder, config) / "tasks",
+                       agents=ensemble([str(m) for m in args["agent_models"]]),
+                       client_for=client_for, judges=judges)
+        records = synthesize_tasks(job)
+    write_pack(folder, config)
+    return {"status": "done", "persona": persona, "funnel": funnel(records), "tasks": [
+        {"task_id": r.task_id, "day": r.day, "rank": r.rank, "diversity": r.diversity,
+         "accepted": r.accepted, "difficulty": r.difficulty, "revisions": r.revisions,
+         "instruction": r.instruction} for r in records]}
+
+
+def _fresh_scope(worlds: Worlds, base: str) -> str:
+    """The first scope of `base` no claim uses yet: a command started again after it was
+    stopped decides in a scope of its own (its model calls come from the recordings)."""
+    for n in range(10_000):
+        scope = f"{base}:{n}"
+        if not worlds.store.claims(scope):
+            return scope
+    raise SynthError(f"{base}: no fresh claims scope left")
+
+
+def task_funnel(folder: Path) -> dict[str, Any]:
+    """``synth funnel``: the funnel report over every task record of the run."""
+    read_config(folder)
+    return {"run": str(folder), **funnel(read_records(folder))}
+
+
 def synth_envs(folder: Path, settings: Settings, scenarios: Path,
                open_worlds: Callable[[], Worlds], *, only: str | None = None,
                tasks_per_scenario: int = 10) -> EnvsReport:
@@ -642,7 +750,8 @@ def status(folder: Path) -> dict[str, Any]:
             "attempts": sum(len(o.attempts) for o in outcomes),
             "tokens": sum(o.tokens for o in outcomes),
             "cost": sum(costs) if costs else None})
-    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity", "plan"]
+    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity", "plan",
+             "propose", "revise"]
     stages.sort(key=lambda s: order.index(s["stage"]) if s["stage"] in order else len(order))
     return {"run": str(folder), "model": config.model, "judge_model": config.judge_model,
             "commands": len(config.commands), "stages": stages,
@@ -718,6 +827,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
             _run_setup(target, command, open_worlds)
         elif command.kind == "day":
             _run_day(target, ctx, command, open_worlds)
+        elif command.kind == "tasks":
+            _run_tasks(target, ctx, command, settings, open_worlds)
         else:
             envs = _run_envs(target, ctx, command, settings, open_worlds)
             stopped += [f"{r.scenario}: {r.reason}" for r in envs.results
@@ -766,5 +877,5 @@ __all__ = ["COMPARED", "NOT_RUN_NO_MODEL", "Command", "EnvsReport", "ReplayRepor
            "RunConfig", "Settings", "compare_runs", "open_run",
            "pack_dir", "read_config", "replay_run", "run_name", "split_of", "status", "summarize",
            "synth_day", "synth_envs", "synth_persona", "synth_plan", "synth_scenarios",
-           "synth_world", "write_pack"]
+           "synth_tasks", "synth_world", "task_funnel", "write_pack"]
 

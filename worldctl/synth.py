@@ -336,6 +336,101 @@ def synth_world_cmd(ctx: click.Context, persona: str, to_day: int, run_dir: Path
     _days_report(report.get("days", []), as_json, report)
 
 
+@synth_group.command("tasks")
+@click.argument("persona")
+@click.option("--days", "days_text", required=True,
+              help="The days to synthesize tasks on, comma-separated (e.g. 3,5,7): one slot "
+                   "per day.")
+@click.option("--difficulty", "difficulty_text", default="hard", show_default=True,
+              help="hard or medium, one for every slot or one per day (e.g. hard,hard,medium).")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Tasks per slot (one per round).")
+@click.option("--parallel", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Slots of a round worked at once.")
+@click.option("--agent-models", "agent_models", default=None,
+              help="The rollout ensemble's models, comma-separated (default: --model); each "
+                   "runs with every agent variant.")
+@_model_options
+@click.pass_context
+def synth_tasks_cmd(ctx: click.Context, persona: str, days_text: str, difficulty_text: str,
+                    count: int, parallel: int, agent_models: str | None, run_dir: Path,
+                    model: str | None, judge_model: str | None, embedding_model: str | None,
+                    api_base: str | None, concurrency: int, budget_tokens: int | None,
+                    budget_cost: float | None, as_json: bool) -> None:
+    """Synthesize tasks on an accepted persona's stored days: per slot and round, tasks
+    proposed from the booted world (each needs mcp and shell; spec, verifier, rubric, hint,
+    subtasks, reference solution), a diversity gate against accepted tasks and those other
+    workers claimed (coordinated through the store), six ensemble rollouts (half hinted),
+    the five gates with up to two LLM revisions; accepted tasks into the run's pack.
+    Without --judge-model gates 1 and 5's judged part are not run."""
+    from synth.errors import SynthError
+    from synth.runs import NOT_RUN_NO_MODEL, synth_tasks
+
+    try:
+        days = [int(d) for d in days_text.split(",") if d.strip()]
+    except ValueError:
+        raise SynthError(f"--days {days_text}: not a comma-separated list of day numbers"
+                         ) from None
+    settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
+                         budget_tokens, budget_cost)
+    report = synth_tasks(run_dir, settings, persona, days,
+                         [d.strip() for d in difficulty_text.split(",") if d.strip()], count,
+                         parallel, _store_opener(ctx),
+                         [m.strip() for m in agent_models.split(",") if m.strip()]
+                         if agent_models else None)
+    if as_json:
+        render.emit_json(report)
+    elif report["status"] == NOT_RUN_NO_MODEL:
+        click.echo(f"tasks: {NOT_RUN_NO_MODEL} (--model or WORLDCTL_LLM_MODEL)")
+    else:
+        for task in report["tasks"]:
+            fate = ("accepted" + (f" ({task['difficulty']})" if task["difficulty"] else "")
+                    if task["accepted"] else "held back by the diversity gate"
+                    if task["diversity"] == "held_back" else "rejected"
+                    if task["diversity"] == "claimed" else "no executable candidate")
+            n = task["revisions"]
+            revised = f", {n} revision{'s' * (n != 1)}" if n else ""
+            click.echo(f"{task['task_id']} (day {task['day']}, rank {task['rank']}): {fate}"
+                       f"{revised}")
+        click.echo(funnel_table(report["funnel"]))
+    if report["status"] != "done":
+        sys.exit(1)
+
+
+@synth_group.command("funnel")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def synth_funnel_cmd(run_dir: Path, as_json: bool) -> None:
+    """The run's task funnel (WildAWM's): candidates, held back by the diversity gate,
+    per gate the tasks that reached it, passed directly and after feedback, revisions;
+    tokens per task, acceptance rate, hard and medium counts."""
+    from synth.runs import task_funnel
+
+    report = task_funnel(run_dir)
+    if as_json:
+        render.emit_json(report)
+    else:
+        click.echo(funnel_table(report))
+
+
+def funnel_table(report: dict[str, Any]) -> str:
+    lines = [f"candidates {report['candidates']}, held back by the diversity gate "
+             f"{report['held_back']}, without an executable candidate "
+             f"{report['no_candidate']}, gated {report['gated']}",
+             f"  {'gate':<22} {'reached':>7} {'directly':>8} {'after fb':>8} {'revised':>7} "
+             f"{'not run':>7}"]
+    for row in report["gates"]:
+        lines.append(f"  {row['gate']:<22} {row['reached']:>7} {row['passed_directly']:>8} "
+                     f"{row['passed_after_feedback']:>8} {row['revisions']:>7} "
+                     f"{row['not_run']:>7}")
+    rate = report["acceptance_rate"]
+    lines.append(f"accepted {report['accepted']} ({_pct(rate)} of gated): hard "
+                 f"{report['hard']}, medium {report['medium']}; revisions "
+                 f"{report['revisions']}; tokens {report['tokens']:,} "
+                 f"({report['tokens_per_task'] or 0:,.0f} per task)")
+    return "\n".join(lines)
+
+
 def _store_opener(ctx: click.Context) -> Callable[..., Any]:
     from replay.engine import Worlds
     from worldctl.session import session
@@ -371,8 +466,11 @@ def _day_line(day: dict[str, Any]) -> str:
     if day["status"] == "stored":
         if day.get("already"):
             return f"{where}: in the store already"
+        refused_layers = [a["problem"].split(":", 1)[0] for a in attempts[:-1]]
+        why = f" ({len(refused_layers)} refused: {', '.join(refused_layers)})" \
+            if refused_layers else ""
         return (f"{where} {day['world_hash']}: stored after {len(attempts)} attempt"
-                f"{'s' * (len(attempts) != 1)}, {attempts[-1]['events']} events")
+                f"{'s' * (len(attempts) != 1)}{why}, {attempts[-1]['events']} events")
     problems = "; ".join(f"attempt {a['number']}: {a['problem']}" for a in attempts)
     return f"{where}: not stored after {len(attempts)} attempts: {problems}"
 

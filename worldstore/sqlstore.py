@@ -333,8 +333,9 @@ class SqlEventStore(WorldStore):
 
     # --- claims ---------------------------------------------------------------------
 
-    def claim(self, record: ClaimRecord,
-              conflict: Callable[[list[ClaimRecord]], str | None]) -> str | None:
+    def claim(self, scope: str, key: str, owner: str,
+              decide: Callable[[list[ClaimRecord]], tuple[ClaimState, bytes] | None]
+              ) -> ClaimRecord | None:
         try:
             with self.writer.begin() as conn:
                 if self._is_pg:
@@ -342,21 +343,26 @@ class SqlEventStore(WorldStore):
                     # the table's claim lock, so one decision sees the claims before it.
                     conn.exec_driver_sql("LOCK TABLE claims IN EXCLUSIVE MODE")
                 rows = conn.execute(sa.select(claims).where(
-                    claims.c.scope == record.scope)).mappings().all()
+                    claims.c.scope == scope)).mappings().all()
                 found = sorted((_claim_record(r) for r in rows), key=lambda c: c.key)
-                if any(c.key == record.key for c in found):
-                    raise ConflictError(f"claim {record.key!r} of {record.scope!r} is taken "
-                                        "already; nothing was written")
-                reason = conflict([c for c in found if c.state != "dropped"])
-                if reason is not None:
-                    return reason
-                conn.execute(sa.insert(claims).values(
-                    scope=record.scope, key=record.key, owner=record.owner, state="open",
-                    body=record.body))
+                if any(c.key == key for c in found):
+                    raise ConflictError(f"claim {key!r} of {scope!r} is taken already; "
+                                        "nothing was written")
+                decided = decide([c for c in found if c.state != "dropped"])
+                if decided is None:
+                    return None
+                state, body = decided
+                if state not in ("open", "dropped"):
+                    raise StoreError(f"claim {key!r}: a new claim is open or dropped, not "
+                                     f"{state!r}")
+                record = ClaimRecord(scope=scope, key=key, owner=owner, state=state,
+                                     body=body)
+                conn.execute(sa.insert(claims).values(scope=scope, key=key, owner=owner,
+                                                      state=state, body=body))
         except (sa.exc.IntegrityError, sa.exc.OperationalError, sa.exc.DataError) as exc:
-            raise StoreError(f"claim {record.key!r} of {record.scope!r}: store error, "
-                             f"nothing written: {exc.orig}") from None
-        return None
+            raise StoreError(f"claim {key!r} of {scope!r}: store error, nothing written: "
+                             f"{exc.orig}") from None
+        return record
 
     def settle(self, scope: str, key: str, state: ClaimState) -> None:
         if state not in ("kept", "dropped"):

@@ -30,9 +30,9 @@ Guarantees of an EpisodeStore:
 
 Guarantees of a ClaimStore:
 
-* ``claim`` is serialised per store: the check that decides it sees every claim of its
-  scope committed before it, and no claim of the scope is taken while it decides, so of
-  two claimants that would conflict, exactly one gets its claim (whatever the timing).
+* ``claim`` is serialised per store: its decision sees every claim of its scope committed
+  before it, and no claim of the scope is taken while it decides, so of two claimants
+  that would conflict, exactly one gets its claim (whatever the timing).
 * A claim's state moves from "open" to "kept" or "dropped" only; its body is opaque.
 """
 
@@ -190,12 +190,14 @@ class ClaimStore(StoreConnection):
     """Claims of parallel workers (see the module docstring)."""
 
     @abc.abstractmethod
-    def claim(self, record: ClaimRecord,
-              conflict: Callable[[list[ClaimRecord]], str | None]) -> str | None:
-        """Take `record`'s claim unless `conflict`, called under the store's claim lock
-        with every claim of the scope that is not dropped (key order), gives a reason;
-        returns that reason (nothing is written), or None (the claim is stored, open).
-        A key already claimed in the scope is a ConflictError."""
+    def claim(self, scope: str, key: str, owner: str,
+              decide: Callable[[list[ClaimRecord]], tuple[ClaimState, bytes] | None]
+              ) -> ClaimRecord | None:
+        """Under the store's claim lock, call `decide` with every claim of `scope` that is
+        not dropped (key order) and store what it returns: (state, body) becomes the claim
+        `key` of `owner` ("open", or "dropped" for a decision that claims nothing); None
+        writes nothing. Returns the stored claim, or None. A key already in the scope is a
+        ConflictError (and `decide` is not called)."""
 
     @abc.abstractmethod
     def settle(self, scope: str, key: str, state: ClaimState) -> None:

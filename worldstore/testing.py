@@ -51,6 +51,7 @@ from worldstore.events import (
 )
 from worldstore.store import (
     ClaimRecord,
+    ClaimState,
     ClaimStore,
     DayRecord,
     EpisodeRecord,
@@ -625,24 +626,23 @@ class EpisodeStoreContract(StoreContract[EpisodeStore]):
 class ClaimStoreContract(StoreContract[ClaimStore]):
     """Guarantees every ClaimStore keeps (see worldstore/store.py)."""
 
-    def claim_of(self, key: str, word: str, *, scope: str = "tasks") -> ClaimRecord:
-        return ClaimRecord(scope=scope, key=key, owner=f"worker-{key}", state="open",
-                           body=word.encode())
-
     @staticmethod
-    def no_twin(word: str, pause: float = 0.0) -> Callable[[list[ClaimRecord]], str | None]:
-        """The conflict check of a claimant of `word`: another claim of the same word
-        (deciding `pause` seconds, so that racing claimants overlap)."""
-        def check(found: list[ClaimRecord]) -> str | None:
+    def no_twin(word: str, pause: float = 0.0
+                ) -> Callable[[list[ClaimRecord]], tuple[ClaimState, bytes] | None]:
+        """The decision of a claimant of `word`: nothing if another claim holds the same
+        word (deciding `pause` seconds, so that racing claimants overlap)."""
+        def decide(found: list[ClaimRecord]) -> tuple[ClaimState, bytes] | None:
             time.sleep(pause)
-            twins = [c.key for c in found if c.body == word.encode()]
-            return f"{word!r} is claimed by {twins[0]}" if twins else None
-        return check
+            return None if any(c.body == word.encode() for c in found) else (
+                "open", word.encode())
+        return decide
 
     def test_a_claim_reads_back_and_settles_once(self) -> None:
         self.assertEqual(self.store.claims("tasks"), [])
-        self.assertIsNone(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")))
-        self.assertIsNone(self.store.claim(self.claim_of("a", "y"), self.no_twin("y")))
+        made = self.store.claim("tasks", "b", "w1", self.no_twin("x"))
+        self.assertEqual(made, ClaimRecord(scope="tasks", key="b", owner="w1", state="open",
+                                           body=b"x"))
+        self.assertIsNotNone(self.store.claim("tasks", "a", "w2", self.no_twin("y")))
         self.assertEqual([(c.key, c.state, c.body) for c in self.open_store().claims("tasks")],
                          [("a", "open", b"y"), ("b", "open", b"x")])
         self.store.settle("tasks", "b", "kept")
@@ -651,29 +651,38 @@ class ClaimStoreContract(StoreContract[ClaimStore]):
         with self.assertRaises(NotFoundError):
             self.store.settle("tasks", "zz", "kept")
         with self.assertRaises(StoreError):
-            self.store.settle("tasks", "a", "open")  # type: ignore[arg-type]
+            self.store.settle("tasks", "a", "open")
         self.assertEqual([c.state for c in self.store.claims("tasks")], ["open", "kept"])
         self.assertEqual(self.store.claims("other"), [])
 
-    def test_a_conflict_writes_nothing_and_a_dropped_claim_no_longer_counts(self) -> None:
-        self.assertIsNone(self.store.claim(self.claim_of("a", "x"), self.no_twin("x")))
-        self.assertEqual(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")),
-                         "'x' is claimed by a")
+    def test_a_decision_sees_the_claims_and_none_writes_nothing(self) -> None:
+        self.assertIsNotNone(self.store.claim("tasks", "a", "w", self.no_twin("x")))
+        self.assertIsNone(self.store.claim("tasks", "b", "w", self.no_twin("x")))
         self.assertEqual([c.key for c in self.store.claims("tasks")], ["a"])
         with self.assertRaises(ConflictError):
-            self.store.claim(self.claim_of("a", "z"), self.no_twin("z"))
+            self.store.claim("tasks", "a", "w", self.no_twin("z"))
+        marker = self.store.claim("tasks", "c", "w", lambda _found: ("dropped", b"held"))
+        self.assertEqual(marker.state if marker else None, "dropped")
+        seen: list[list[str]] = []
+
+        def look(found: list[ClaimRecord]) -> None:
+            seen.append([c.key for c in found])
+
+        self.store.claim("tasks", "d", "w", look)
+        self.assertEqual(seen, [["a"]])  # dropped claims are not shown to a decision
+        with self.assertRaises(StoreError):
+            self.store.claim("tasks", "e", "w", lambda _found: ("kept", b""))
         self.store.settle("tasks", "a", "dropped")
-        self.assertIsNone(self.store.claim(self.claim_of("b", "x"), self.no_twin("x")))
-        self.assertIsNone(self.store.claim(self.claim_of("a", "x", scope="elsewhere"),
-                                           self.no_twin("x")))
+        self.assertIsNotNone(self.store.claim("tasks", "b", "w", self.no_twin("x")))
+        self.assertIsNotNone(self.store.claim("elsewhere", "a", "w", self.no_twin("x")))
+        self.assertEqual([c.key for c in self.store.claims("tasks")], ["a", "b", "c"])
 
     def test_of_racing_claimants_of_one_thing_exactly_one_gets_it(self) -> None:
         for round_no in range(3):
             scope = f"race-{round_no}"
             raised = self.run_concurrently([
-                functools.partial(lambda store, key: store.claim(
-                    self.claim_of(key, "same", scope=scope), self.no_twin("same", 0.05)),
-                    key=k)
+                functools.partial(lambda store, key, scope: store.claim(
+                    scope, key, "w", self.no_twin("same", 0.05)), key=k, scope=scope)
                 for k in ("a", "b", "c", "d")])
             self.assertEqual(raised, [None] * 4)
             self.assertEqual(len(self.store.claims(scope)), 1)
