@@ -57,6 +57,7 @@ from synth.personas import BibleOut
 from synth.plans import PlanOut
 from synth.prompts import prompt
 from synth.reviewer import LLMReviewer
+from synth.skills import Skill, lesson, skills_of_day, skills_text
 from synth.stage import Context
 from synth.validate_day import DayReport, validate_day
 from worldstore.errors import WorldError
@@ -114,6 +115,8 @@ class DayOutcome(msgspec.Struct, frozen=True):
     status: Status
     world_hash: str | None
     attempts: list[DayAttempt]
+    skills: list[str] = []  # the keys of the library's skills the implementer was given
+    learned: list[Skill] = []  # what the day adds to the library
 
     @property
     def tokens(self) -> int:
@@ -133,9 +136,11 @@ class _Work:
 
 def implement_day(ctx: Context, worlds: Worlds, bible: BibleOut, plan: PlanOut, *,
                   max_attempts: int = MAX_DAY_ATTEMPTS, review: bool = True,
-                  max_steps: int = MAX_STEPS) -> DayOutcome:
+                  max_steps: int = MAX_STEPS, skills: Sequence[Skill] = ()) -> DayOutcome:
     """Day `plan.day` of `bible`'s persona, implemented, validated and stored (see the
-    module docstring). The day before it must be the persona's last stored day."""
+    module docstring), the implementer given `skills` (``synth.skills``). The day before
+    it must be the persona's last stored day. The outcome's ``learned`` are the skills the
+    stored day shows and the lessons of its refused attempts."""
     persona, day = bible.name, plan.day
     days = [r.day for r in worlds.store.days(persona)]
     if not days:
@@ -146,29 +151,41 @@ def implement_day(ctx: Context, worlds: Worlds, bible: BibleOut, plan: PlanOut, 
                          f"last day of {persona} is {days[-1]}")
     reviewer = LLMReviewer(ctx.client) if review else None
     attempts: list[DayAttempt] = []
+    given = [s.key for s in skills]
     with Environment(worlds) as env:
         for number in range(1, max_attempts + 1):
-            attempt, made = _attempt(ctx, worlds, env, bible, plan, attempts, number,
-                                     max_steps, reviewer)
+            attempt, made, episode = _attempt(ctx, worlds, env, bible, plan, attempts,
+                                              number, max_steps, reviewer, skills)
             attempts.append(attempt)
             if made is not None:
                 record = store_day(worlds, made, source=f"<synth day {persona}@{day}>")
-                return DayOutcome(persona, day, "stored", record.world_hash, attempts)
-    return DayOutcome(persona, day, "failed", None, attempts)
+                shown = skills_of_day(episode, worlds.snapshot(persona, day), bible.services,
+                                      f"{persona}@{day}")
+                return DayOutcome(persona, day, "stored", record.world_hash, attempts,
+                                  given, [*_lessons(persona, day, attempts), *shown])
+    return DayOutcome(persona, day, "failed", None, attempts, given,
+                      _lessons(persona, day, attempts))
+
+
+def _lessons(persona: str, day: int, attempts: Sequence[DayAttempt]) -> list[Skill]:
+    return [lesson(f"a day was refused by {a.problem}", f"{persona}@{day} attempt {a.number}")
+            for a in attempts if a.problem]
 
 
 def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, plan: PlanOut,
              earlier: Sequence[DayAttempt], number: int, max_steps: int,
-             reviewer: LLMReviewer | None) -> tuple[DayAttempt, EpisodeDay | None]:
+             reviewer: LLMReviewer | None, skills: Sequence[Skill]
+             ) -> tuple[DayAttempt, EpisodeDay | None, Episode]:
     ref = f"{bible.name}@{plan.day - 1}"
     with env.open(ref) as instance:
-        work = _run_agent(ctx, instance, bible, plan, earlier, max_steps)
+        work = _run_agent(ctx, instance, bible, plan, earlier, max_steps, skills)
         episode = msgspec.structs.replace(instance.episode, final_hash=instance.hash())
 
     def refused(problem: str, layers: list[dict[str, str]] | None = None,
-                events: int = 0, world: str | None = None) -> tuple[DayAttempt, None]:
+                events: int = 0, world: str | None = None
+                ) -> tuple[DayAttempt, None, Episode]:
         return DayAttempt(number, work.steps, work.stopped, len(episode.calls), events,
-                          world, layers or [], problem, work.tokens), None
+                          world, layers or [], problem, work.tokens), None, episode
 
     if work.stopped != DONE:
         return refused(f"the implementer did not call `done` ({work.stopped.replace('_', ' ')} "
@@ -192,19 +209,21 @@ def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, pl
     if failed is not None:
         return refused(f"{failed.layer}: {failed.reason}", layers, made.events, made.world_hash)
     return DayAttempt(number, work.steps, work.stopped, len(episode.calls), made.events,
-                      made.world_hash, layers, None, work.tokens), made
+                      made.world_hash, layers, None, work.tokens), made, episode
 
 
 # --- the agent --------------------------------------------------------------------------
 
 
 def _run_agent(ctx: Context, instance: Instance, bible: BibleOut, plan: PlanOut,
-               earlier: Sequence[DayAttempt], max_steps: int) -> _Work:
+               earlier: Sequence[DayAttempt], max_steps: int, skills: Sequence[Skill]
+               ) -> _Work:
     infos = instance.list_tools()
     tools = [*(mcp_tool(t) for t in infos), SQL_TOOL, SHELL_TOOL, BEGIN_TOOL, DONE_TOOL]
     known = {t.name for t in infos} | {SQL_CALL, "shell", BEGIN, DONE}
     messages: list[Message] = [{"role": "system", "content": prompt("implement").system()},
-                               {"role": "user", "content": _request(bible, plan, earlier)}]
+                               {"role": "user", "content": _request(bible, plan, earlier,
+                                                                    skills)}]
     work = _Work()
     invalid = 0
     while work.steps < max_steps:
@@ -303,11 +322,15 @@ def activity_ts(plan: PlanOut, number: int) -> str:
     return f"{plan.date}T{plan.activities[number - 1].time}:00Z"
 
 
-def _request(bible: BibleOut, plan: PlanOut, earlier: Sequence[DayAttempt]) -> str:
+def _request(bible: BibleOut, plan: PlanOut, earlier: Sequence[DayAttempt],
+             skills: Sequence[Skill]) -> str:
     people = ", ".join(f"{c.name} ({c.relation})" for c in bible.contacts)
     lines = [f"Persona: {bible.name}, {bible.occupation} ({bible.life_domain}). "
              f"Contacts: {people}. Services: {', '.join(sorted(bible.services))}.",
              "", f"The plan of day {plan.day}:", _plan_text(plan)]
+    if skills:
+        lines += ["", "Skills from earlier days (what worked, what was refused):",
+                  skills_text(skills)]
     refused = [a for a in earlier if a.problem]
     if refused:
         lines += ["", "Earlier attempts at this day were refused by its checks:"]

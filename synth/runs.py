@@ -14,6 +14,8 @@ A run lives in one folder::
     personas/<name>/         each accepted persona's bible.json and accounts.json, and its
                              day plans (plans/day-<N>.json, ``synth day --plan-only``)
                              and days (days/day-<N>.json: the implementation's attempts)
+    skills.jsonl             the skill library (``synth.skills``): what stored days showed
+                             and what refused days and tasks taught
     tasks/<persona>/<id>.json  every task rank of ``synth tasks``: its candidate, the
                              diversity gate's decision, the gates' rounds (the funnel)
     log/<scenario>.jsonl     the synthesis log: every attempt, output, error, summary
@@ -72,6 +74,7 @@ from synth.plans import PlanOut, PlanStage, WorldFacts, world_facts
 from synth.prompts import ENV_STAGES, versions
 from synth.scenarios import expand, read_scenarios, read_seeds
 from synth.setup import setup_lines
+from synth.skills import MAX_LESSONS, add_skills, lesson, read_skills, retrieve
 from synth.stage import (
     MAX_ATTEMPTS,
     Budget,
@@ -84,13 +87,15 @@ from synth.stage import (
     write_atomically,
 )
 from synth.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
+from synth.verifiers import gate_feedback
 from worldstore.errors import NotFoundError
 
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
 NOT_RUN_NO_MODEL = "not run: no model configured"
 COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "personas.jsonl",
-            "personas", "outputs", "log", "worlds", "envs", "tasks", "pack", "summary.json")
+            "personas", "outputs", "log", "worlds", "envs", "tasks", "pack", "skills.jsonl",
+            "summary.json")
 # Splits of a run's pack, by the task id's SHA-256 (a task keeps its split across runs).
 SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
@@ -454,8 +459,10 @@ def _run_day(folder: Path, ctx: Context, command: Command,
     with open_worlds() as worlds:
         if day in {r.day for r in worlds.store.days(persona)}:
             return _day_report(folder, persona, day, already=True)
-        outcome = implement_day(ctx, worlds, bible, plan)
+        given = retrieve(read_skills(folder), plan, bible.services)
+        outcome = implement_day(ctx, worlds, bible, plan, skills=given)
         write_atomically(_day_path(folder, persona, day), encode(outcome))
+        add_skills(folder, outcome.learned)
         if outcome.status == "stored":
             _write_world(folder, worlds, persona)
     return _day_report(folder, persona, day)
@@ -556,13 +563,21 @@ def _run_tasks(folder: Path, ctx: Context, command: Command, settings: Settings,
                   if judge is not None else Judges())
         scope = _fresh_scope(worlds, f"synth-tasks:{config.name}:"
                                      f"{canonical_digest(msgspec.to_builtins(command))[:16]}")
+        lessons = [s.text for s in read_skills(folder)
+                   if s.kind == "lesson" and s.source.startswith("task ")][-MAX_LESSONS:]
         job = TasksJob(ctx=ctx, env=env, bible=bible, slots=slots, count=int(args["count"]),
+                       lessons=lessons,
                        parallel=int(args["parallel"]), scope=scope, taken=taken,
                        records=folder / "tasks" / persona,
                        accepted_dir=pack_dir(folder, config) / "tasks",
                        agents=ensemble([str(m) for m in args["agent_models"]]),
                        client_for=client_for, judges=judges)
         records = synthesize_tasks(job)
+    add_skills(folder, [lesson("a task was rejected: "
+                               + gate_feedback(g["gate"], g["reason"], None),
+                               f"task {r.task_id}")
+                        for r in records for results in r.rounds for g in results
+                        if g["status"] == "failed"])
     write_pack(folder, config)
     return {"status": "done", "persona": persona, "funnel": funnel(records), "tasks": [
         {"task_id": r.task_id, "day": r.day, "rank": r.rank, "diversity": r.diversity,

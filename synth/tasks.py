@@ -182,6 +182,7 @@ class TasksJob:
     agents: list[AgentConfig]
     client_for: Callable[[str], LLMClient]
     judges: Judges = field(default_factory=Judges)
+    lessons: list[str] = field(default_factory=list)  # from tasks rejected before
     _own: dict[int, list[str]] = field(default_factory=dict)  # slot -> claimed instructions
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -239,7 +240,7 @@ def _rank(job: TasksJob, round_no: int, slot_no: int, *,
         with job._lock:
             own = list(job._own.get(slot_no, []))
         stage = ProposeStage(job.env, job.bible, slot, record.world_hash, facts, tools,
-                             [*job.taken, *own], slot_no, len(job.slots))
+                             [*job.taken, *own], slot_no, len(job.slots), job.lessons)
         outcome = run_stage(job.ctx, stage, f"{job.bible.name}@{slot.day}/r{round_no}-s{slot_no}")
         drafts = _executable(stage, outcome)
         vectors = _vectors(job.ctx, [d.instruction for d in drafts])
@@ -376,24 +377,32 @@ class ProposeStage(Stage[ProposalsOut]):
 
     def __init__(self, env: Environment, bible: BibleOut, slot: Slot, world_hash: str,
                  facts: str, tools: list[dict[str, str]], taken: Sequence[str], worker: int,
-                 workers: int) -> None:
+                 workers: int, lessons: Sequence[str] = ()) -> None:
         self.env = env  # where candidates are tried (not part of the key)
         self.bible, self.slot, self.world_hash = bible, slot, world_hash
         self.facts, self.tools, self.taken = facts, tools, list(taken)
         self.worker, self.workers = worker, workers
+        self.lessons = list(lessons)
 
     def inputs(self) -> Any:
-        return {"persona": self.bible.name, "day": self.slot.day,
-                "difficulty": self.slot.difficulty, "world": self.world_hash,
-                "facts": self.facts, "tools": self.tools, "taken": self.taken,
-                "worker": [self.worker, self.workers], "candidates": CANDIDATES}
+        found = {"persona": self.bible.name, "day": self.slot.day,
+                 "difficulty": self.slot.difficulty, "world": self.world_hash,
+                 "facts": self.facts, "tools": self.tools, "taken": self.taken,
+                 "worker": [self.worker, self.workers], "candidates": CANDIDATES}
+        if self.lessons:  # (absent when none: earlier runs' outcomes keep their keys)
+            found["lessons"] = self.lessons
+        return found
 
     def request(self) -> str:
         tools = "\n".join(f"- {t['name']}: {t['description']}" for t in self.tools)
         taken = "\n".join(f"- {t}" for t in self.taken) or "- none yet"
+        lessons = "".join(f"\n- {lesson}" for lesson in self.lessons)
         return (f"Persona: {self.bible.name}, {self.bible.occupation} "
                 f"({self.bible.life_domain}).\n\n{self.facts}\n\nTools:\n{tools}\n\n"
-                f"Tasks taken already:\n{taken}\n\nYou are worker {self.worker + 1} of "
+                f"Tasks taken already:\n{taken}\n\n"
+                + (f"Lessons from tasks the gates rejected before:{lessons}\n\n"
+                   if lessons else "")
+                + f"You are worker {self.worker + 1} of "
                 f"{self.workers}. Propose {CANDIDATES} {self.slot.difficulty} tasks on "
                 f"{self.bible.name}@{self.slot.day}.")
 

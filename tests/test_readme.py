@@ -117,6 +117,17 @@ def test_every_cli_command_is_documented() -> None:
         assert f"`worldctl {name}" in README, f"worldctl {name} is missing from the README"
 
 
+def test_every_subcommand_is_documented() -> None:
+    context = click.Context(cli)
+    for name in cli.list_commands(context):
+        group = cli.get_command(context, name)
+        if not isinstance(group, click.Group):
+            continue
+        for sub in group.list_commands(click.Context(group)):
+            assert f"`worldctl {name} {sub}" in README or f"`{name} {sub}" in README, \
+                f"worldctl {name} {sub} is missing from the README"
+
+
 def test_every_event_type_is_documented() -> None:
     for event_type in EVENT_TYPES:
         assert f"`{event_type}`" in README

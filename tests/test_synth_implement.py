@@ -28,7 +28,9 @@ from synth.days import EpisodeDay
 from synth.implement import DayOutcome, validate_candidate
 from synth.personas import BibleOut
 from synth.runs import replay_run
+from synth.plans import PlanOut
 from synth.setup import SETUP_TS, library_schemas, setup_lines
+from synth.skills import Skill, lesson, read_skills, retrieve
 from worldstore.errors import InputError
 
 MODEL = "openai/loopback"
@@ -256,3 +258,44 @@ def test_refusals(made: tuple[Path, Path, Any]) -> None:
     no_model = invoke("--store", str(store), "synth", "world", "astrid", "--to-day", "3",
                       "--run", str(run.parent / "fresh-run"))
     assert no_model.exit_code == 1 and "not run: no model configured" in no_model.stdout
+
+
+def test_the_skill_library_learns_from_day_1_and_day_2_is_given_it(
+        made: tuple[Path, Path, Any]) -> None:
+    run, _, _ = made
+    skills = read_skills(run)
+    by_kind: dict[str, list[str]] = {}
+    for skill in skills:
+        by_kind.setdefault(skill.kind, []).append(skill.text)
+    assert by_kind["lesson"][0].startswith("a day was refused by replay: call #5 (shell")
+    assert any(t.startswith("chat_send_message works with arguments {\"body\": \"Where is "
+                            "my order?\"") for t in by_kind["interface"])
+    assert any(t.startswith("chat: INSERT INTO users") for t in by_kind["state_change"])
+    assert "chat.messages.conversation_id must name a row of chat.conversations (id)" in \
+        by_kind["constraint"]
+    assert any(t.startswith("notes: INSERT INTO notebooks") for t in by_kind["state_change"])
+    day1 = msgspec.json.decode((run / "personas" / "astrid" / "days" / "day-1.json"
+                                ).read_bytes(), type=DayOutcome)
+    day2 = msgspec.json.decode((run / "personas" / "astrid" / "days" / "day-2.json"
+                                ).read_bytes(), type=DayOutcome)
+    assert day1.skills == []  # the library was empty
+    learned_on_1 = {s.key for s in day1.learned}
+    assert day2.skills and set(day2.skills) <= learned_on_1
+    asked = [m["content"] for p in (run / "recordings").iterdir()
+             for m in json.loads(p.read_text())["request"].get("messages", [])
+             if "The plan of day 2" in str(m.get("content"))]
+    assert asked and "Skills from earlier days" in asked[0]
+    assert "[lesson] a day was refused by replay" in asked[0]
+
+
+def test_retrieval_prefers_shared_tools_then_services_and_keeps_the_latest_lessons() -> None:
+    plan = msgspec.convert({**PLAN2, "activities": [
+        {**PLAN2["activities"][0], "tool": "notes_create_note"}]}, PlanOut)
+    library = [Skill("interface", "chat one", ["chat"], ["chat_send_message"], "a@1"),
+               Skill("interface", "notes one", ["notes"], ["notes_create_note"], "a@1"),
+               Skill("state_change", "shop one", ["shop"], [], "a@1"),
+               *(lesson(f"lesson {i}", "a@1") for i in range(6))]
+    got = retrieve(library, plan, ["chat", "notes"])
+    assert [s.text for s in got] == ["notes one", "chat one", "lesson 2", "lesson 3",
+                                     "lesson 4", "lesson 5"]
+    assert retrieve(library, plan, ["chat", "notes"]) == got  # a pure function

@@ -24,6 +24,7 @@ from test_synth_implement import _rules as world_rules
 from gates.task import load_task
 from replay.engine import Worlds
 from synth.runs import replay_run
+from synth.skills import read_skills
 from synth.tasks import DraftOut, TaskRecord, cosine, draft_problems
 from worldctl.synth import funnel_table
 
@@ -167,6 +168,10 @@ def test_a_task_rejected_at_gate_2_is_revised_and_accepted(
     revisions = [m for m in chats if m and REVISE in str(m[0]["content"])]
     assert len(revisions) == 1  # the reviser was asked once, with the gate's reason
     assert "initially_unsatisfied failed (satisfied_at_W0)" in revisions[0][-1]["content"]
+    lessons = [s for s in read_skills(run) if s.source == f"task {accepted['task_id']}"]
+    assert [s.text for s in lessons] == [
+        "a task was rejected: gate initially_unsatisfied failed (satisfied_at_W0); the "
+        "checks hold before anything was done"]
 
 
 def test_the_funnel_reports_each_gate(synthesized: tuple[Path, Path, dict[str, Any]]) -> None:
