@@ -61,15 +61,21 @@ class EpisodeDay:
     world_hash: str
 
 
-def day_from_episode(worlds: Worlds, episode: Episode) -> EpisodeDay:
+Event = tuple[str, Payload, bytes | None]  # (ts, payload, blob)
+
+
+def day_from_episode(worlds: Worlds, episode: Episode, *, before: Sequence[Event] = ()
+                     ) -> EpisodeDay:
     """The day after the episode's start world, made of the episode's effects; refuses an
     episode that does not start from the persona's last stored day, or whose effects do
-    not replay to its final hash."""
+    not replay to its final hash. `before`: events the day starts with, which the episode
+    did not make (a new service's app and schema: ``synth.applib``); they must touch
+    nothing the episode did."""
     record = _start_record(worlds, episode)
     day = record.day + 1
     snapshot = worlds.snapshot(record.persona, record.day)
     events = list(_events(episode, snapshot))
-    if not events:
+    if not events and not before:
         raise SynthError(f"episode {episode.episode_id} changed nothing: a day needs at "
                          "least one event")
     built = _replayed_hash(worlds, snapshot, record.persona, day, events)
@@ -78,6 +84,9 @@ def day_from_episode(worlds: Worlds, episode: Episode) -> EpisodeDay:
         raise SynthError(f"episode {episode.episode_id}: its effects as day {day} replay to "
                          f"{built}, not to the episode's final world {expected}; nothing "
                          "was stored")
+    if before:
+        events = [*before, *events]
+        built = _replayed_hash(worlds, snapshot, record.persona, day, events)
     lines = b"".join(export_line(record.persona, day, ts, payload, blob)
                      for ts, payload, blob in events)
     return EpisodeDay(record.persona, day, lines, len(events), built)
@@ -194,6 +203,8 @@ def _replayed_hash(worlds: Worlds, snapshot: Path, persona: str, day: int,
     """The world hash of the events applied to a copy of the snapshot by the replay
     engine, in the cache's scratch area (removed afterwards)."""
     blobs = {digest(blob): blob for _, _, blob in events if blob is not None}
+    if not events:  # an episode that changed nothing: the day before's world
+        return worlds.record(f"{persona}@{day - 1}").world_hash
     stored, prev = [], GENESIS  # a check's chain is its own
     for seq, (ts, payload, _) in enumerate(events):
         event = make_event(persona=persona, seq=seq, day=day, ts=ts, prev=prev,

@@ -6,7 +6,10 @@ the day passed validation.
 ``sql`` (one service's database, under the gate every stored event passes:
 ``Instance.sql``), ``shell`` (the workspace, sandboxed), ``begin`` (the plan's activity
 k starts: the instance's clock moves to its time, ``Instance.set_clock``, so every call
-is stamped from the plan's clock, never the wall clock) and ``done`` (the day is over;
+is stamped from the plan's clock, never the wall clock), ``create_app`` (a new service
+with its tools, when the plan needs one no app serves: checked by the app stage at once,
+its pin and schema first among the day's events, then into the run's app library:
+``synth.applib``) and ``done`` (the day is over;
 with an optional ``produces`` declaration, checked by validation's layer 3). Its steps
 are bounded (``MAX_STEPS``), and, as for every agent here, a bad call is data for the
 model, not an exception.
@@ -37,7 +40,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,7 +54,8 @@ from gates.llm_agent import SHELL_TOOL, mcp_tool, shown
 from llm.client import Completion, Message, assistant_message, function_tool, object_parameters
 from replay.engine import Worlds
 from replay.files import remove_tree
-from synth.days import EpisodeDay, day_from_episode, store_day
+from synth.applib import LibraryApp, app_payloads, check_app, taken_services
+from synth.days import EpisodeDay, Event, day_from_episode, store_day
 from synth.errors import SynthError
 from synth.personas import BibleOut
 from synth.plans import PlanOut
@@ -67,7 +71,7 @@ MAX_STEPS = 40
 MAX_DAY_ATTEMPTS = 3
 MAX_INVALID_STEPS = 3
 STEP_TOKENS = 4096
-BEGIN, DONE = "begin", "done"
+BEGIN, DONE, CREATE_APP = "begin", "done", "create_app"
 # A re-execution's shell runs 14 hours east of the first run's UTC (and a second later at
 # least), so `date` in any form differs between the two.
 REEXECUTION_ENV = {"TZ": "Pacific/Kiritimati"}
@@ -85,6 +89,18 @@ BEGIN_TOOL = function_tool(
     BEGIN, "Start one of the plan's activities: the clock moves to its time.",
     object_parameters({"activity": {"type": "integer",
                                     "description": "The activity's number in the plan (1..)"}}))
+CREATE_APP_TOOL = function_tool(
+    CREATE_APP, "Write a new app when the plan needs a service the world lacks: its schema "
+                "(CREATE statements) and its code in the app contract (envs.app: app = "
+                "App(service=..., name=..., version=...), tools with @app.tool). It is "
+                "checked at once; once accepted, the world serves it from the next day.",
+    {"type": "object", "required": ["service", "description", "schema", "code"],
+     "additionalProperties": False,
+     "properties": {"service": {"type": "string", "description": "The new service's name"},
+                    "description": {"type": "string", "description": "What it is for"},
+                    "schema": {"type": "array", "items": {"type": "string"},
+                               "description": "The CREATE statements of its database"},
+                    "code": {"type": "string", "description": "The app's Python module"}}})
 DONE_TOOL = function_tool(
     DONE, "End the day: every activity is done.",
     {"type": "object", "required": ["summary"], "additionalProperties": False,
@@ -107,6 +123,7 @@ class DayAttempt(msgspec.Struct, frozen=True):
     layers: list[dict[str, str]]  # [{"layer", "status", "reason"}] of what ran
     problem: str | None  # why the attempt was refused; None: it passed
     tokens: int
+    apps: list[dict[str, Any]] = []  # each create_app: service, accepted, problems
 
 
 class DayOutcome(msgspec.Struct, frozen=True):
@@ -117,6 +134,7 @@ class DayOutcome(msgspec.Struct, frozen=True):
     attempts: list[DayAttempt]
     skills: list[str] = []  # the keys of the library's skills the implementer was given
     learned: list[Skill] = []  # what the day adds to the library
+    apps: list[LibraryApp] = []  # the apps the stored day added (to the app library)
 
     @property
     def tokens(self) -> int:
@@ -132,13 +150,20 @@ class _Work:
     tokens: int = 0
     produces: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
+    taken: set[str] = field(default_factory=set)  # service names a new app may not take
+    made_by: str = ""
+    apps: list[LibraryApp] = field(default_factory=list)  # accepted by the app stage
+    episode: Episode | None = None  # the attempt's episode, once it is over
+    app_log: list[dict[str, Any]] = field(default_factory=list)
 
 
 def implement_day(ctx: Context, worlds: Worlds, bible: BibleOut, plan: PlanOut, *,
                   max_attempts: int = MAX_DAY_ATTEMPTS, review: bool = True,
-                  max_steps: int = MAX_STEPS, skills: Sequence[Skill] = ()) -> DayOutcome:
+                  max_steps: int = MAX_STEPS, skills: Sequence[Skill] = (),
+                  library: Mapping[str, LibraryApp] | None = None) -> DayOutcome:
     """Day `plan.day` of `bible`'s persona, implemented, validated and stored (see the
-    module docstring), the implementer given `skills` (``synth.skills``). The day before
+    module docstring), the implementer given `skills` (``synth.skills``) and the app
+    `library` (``synth.applib``: its services are taken names). The day before
     it must be the persona's last stored day. The outcome's ``learned`` are the skills the
     stored day shows and the lessons of its refused attempts."""
     persona, day = bible.name, plan.day
@@ -154,15 +179,18 @@ def implement_day(ctx: Context, worlds: Worlds, bible: BibleOut, plan: PlanOut, 
     given = [s.key for s in skills]
     with Environment(worlds) as env:
         for number in range(1, max_attempts + 1):
-            attempt, made, episode = _attempt(ctx, worlds, env, bible, plan, attempts,
-                                              number, max_steps, reviewer, skills)
+            attempt, made, work = _attempt(ctx, worlds, env, bible, plan, attempts,
+                                           number, max_steps, reviewer, skills,
+                                           library or {})
             attempts.append(attempt)
             if made is not None:
+                assert work.episode is not None  # set by every attempt
                 record = store_day(worlds, made, source=f"<synth day {persona}@{day}>")
-                shown = skills_of_day(episode, worlds.snapshot(persona, day), bible.services,
-                                      f"{persona}@{day}")
+                shown = skills_of_day(work.episode, worlds.snapshot(persona, day),
+                                      bible.services, f"{persona}@{day}")
                 return DayOutcome(persona, day, "stored", record.world_hash, attempts,
-                                  given, [*_lessons(persona, day, attempts), *shown])
+                                  given, [*_lessons(persona, day, attempts), *shown],
+                                  list(work.apps))
     return DayOutcome(persona, day, "failed", None, attempts, given,
                       _lessons(persona, day, attempts))
 
@@ -174,24 +202,27 @@ def _lessons(persona: str, day: int, attempts: Sequence[DayAttempt]) -> list[Ski
 
 def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, plan: PlanOut,
              earlier: Sequence[DayAttempt], number: int, max_steps: int,
-             reviewer: LLMReviewer | None, skills: Sequence[Skill]
-             ) -> tuple[DayAttempt, EpisodeDay | None, Episode]:
+             reviewer: LLMReviewer | None, skills: Sequence[Skill],
+             library: Mapping[str, LibraryApp]) -> tuple[DayAttempt, EpisodeDay | None, _Work]:
     ref = f"{bible.name}@{plan.day - 1}"
     with env.open(ref) as instance:
-        work = _run_agent(ctx, instance, bible, plan, earlier, max_steps, skills)
+        work = _Work(taken=taken_services(instance.mount.manifest.services, library),
+                     made_by=f"{bible.name}@{plan.day}")
+        _run_agent(ctx, instance, bible, plan, earlier, max_steps, skills, work)
         episode = msgspec.structs.replace(instance.episode, final_hash=instance.hash())
+    work.episode = episode
 
     def refused(problem: str, layers: list[dict[str, str]] | None = None,
                 events: int = 0, world: str | None = None
-                ) -> tuple[DayAttempt, None, Episode]:
+                ) -> tuple[DayAttempt, None, _Work]:
         return DayAttempt(number, work.steps, work.stopped, len(episode.calls), events,
-                          world, layers or [], problem, work.tokens), None, episode
+                          world, layers or [], problem, work.tokens, work.app_log), None, work
 
     if work.stopped != DONE:
         return refused(f"the implementer did not call `done` ({work.stopped.replace('_', ' ')} "
                        f"after {work.steps} steps)")
     try:
-        made = day_from_episode(worlds, episode)
+        made = day_from_episode(worlds, episode, before=_app_events(work, plan, episode))
     except SynthError as exc:
         return refused(f"the episode is not a day: {exc}")
     differs = _reexecution_difference(env, ref, episode, work.started)
@@ -209,22 +240,30 @@ def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, pl
     if failed is not None:
         return refused(f"{failed.layer}: {failed.reason}", layers, made.events, made.world_hash)
     return DayAttempt(number, work.steps, work.stopped, len(episode.calls), made.events,
-                      made.world_hash, layers, None, work.tokens), made, episode
+                      made.world_hash, layers, None, work.tokens, work.app_log), made, work
+
+
+def _app_events(work: _Work, plan: PlanOut, episode: Episode) -> list[Event]:
+    """The new apps' pins and schemas, first among the day's events: at the day's first
+    call's time (or the plan's first activity's, when there is none)."""
+    calls = episode.calls
+    ts = calls[0].ts if calls else activity_ts(plan, 1)
+    return [(ts, payload, blob) for app in work.apps for payload, blob in app_payloads(app)]
 
 
 # --- the agent --------------------------------------------------------------------------
 
 
 def _run_agent(ctx: Context, instance: Instance, bible: BibleOut, plan: PlanOut,
-               earlier: Sequence[DayAttempt], max_steps: int, skills: Sequence[Skill]
-               ) -> _Work:
+               earlier: Sequence[DayAttempt], max_steps: int, skills: Sequence[Skill],
+               work: _Work) -> None:
     infos = instance.list_tools()
-    tools = [*(mcp_tool(t) for t in infos), SQL_TOOL, SHELL_TOOL, BEGIN_TOOL, DONE_TOOL]
-    known = {t.name for t in infos} | {SQL_CALL, "shell", BEGIN, DONE}
+    tools = [*(mcp_tool(t) for t in infos), SQL_TOOL, SHELL_TOOL, BEGIN_TOOL,
+             CREATE_APP_TOOL, DONE_TOOL]
+    known = {t.name for t in infos} | {SQL_CALL, "shell", BEGIN, CREATE_APP, DONE}
     messages: list[Message] = [{"role": "system", "content": prompt("implement").system()},
                                {"role": "user", "content": _request(bible, plan, earlier,
                                                                     skills)}]
-    work = _Work()
     invalid = 0
     while work.steps < max_steps:
         reply = _complete(ctx, messages, tools)
@@ -245,12 +284,11 @@ def _run_agent(ctx: Context, instance: Instance, bible: BibleOut, plan: PlanOut,
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
                 if finished:
                     work.stopped = DONE
-                    return work
+                    return
             invalid = 0 if executed else invalid + 1
         if invalid >= MAX_INVALID_STEPS:
             work.stopped = "format_error"
-            return work
-    return work
+            return
 
 
 def _complete(ctx: Context, messages: list[Message], tools: list[dict[str, Any]]
@@ -283,6 +321,8 @@ def _act(instance: Instance, plan: PlanOut, name: str, arguments_text: str,
         return "The day is over.", True, True
     if name == BEGIN:
         return _begin(instance, plan, arguments.get("activity"))
+    if name == CREATE_APP:
+        return _create_app(work, arguments)
     if name == SQL_CALL:
         service, sql, params = (arguments.get("service"), arguments.get("sql"),
                                 arguments.get("params", []))
@@ -315,6 +355,27 @@ def _begin(instance: Instance, plan: PlanOut, number: object) -> tuple[str, bool
     where = activity.tool or activity.file or ""
     return (f"The clock is {ts}. Activity {number}: {activity.what}"
             + (f" ({activity.interface}: {where})" if where else ""), True, False)
+
+
+def _create_app(work: _Work, arguments: dict[str, Any]) -> tuple[str, bool, bool]:
+    service, description = arguments.get("service"), arguments.get("description")
+    schema, code = arguments.get("schema"), arguments.get("code")
+    if not (isinstance(service, str) and isinstance(description, str)
+            and isinstance(code, str) and isinstance(schema, list)
+            and all(isinstance(s, str) for s in schema)):
+        return ("[error] Not executed: `create_app` takes service, description and code "
+                "(strings) and schema (a list of strings)", False, False)
+    app, problems = check_app(service, description, schema, code, taken=work.taken,
+                              made_by=work.made_by)
+    work.app_log.append({"service": service, "accepted": app is not None,
+                         "problems": problems})
+    if app is None:
+        return ("[error] The app stage refused the app:\n"
+                + "\n".join(f"- {p}" for p in problems), True, False)
+    work.apps.append(app)
+    work.taken.add(app.service)
+    return (f"App {app.service} accepted with tools {', '.join(app.tools)}. It is part of "
+            "this day; its tools serve the world from the next day.", True, False)
 
 
 def activity_ts(plan: PlanOut, number: int) -> str:

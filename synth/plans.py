@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import msgspec
@@ -121,15 +121,18 @@ def pressure_block(facts: WorldFacts, bible: BibleOut) -> str:
 
 
 def plan_problems(plan: PlanOut, bible: BibleOut, library: Mapping[str, Sequence[str]],
-                  day: int, previous_date: str | None) -> list[str]:
-    """Why the plan cannot be day `day` of the persona (deterministic texts)."""
+                  day: int, previous_date: str | None,
+                  services: Collection[str] | None = None) -> list[str]:
+    """Why the plan cannot be day `day` of the persona (deterministic texts). `services`:
+    those whose tools the plan may use (default: the bible's)."""
     problems: list[str] = []
     if plan.day != day:
         problems.append(f"the plan is for day {plan.day}, not day {day}")
     problems += _date_problems(plan.date, previous_date)
     if not 1 <= len(plan.activities) <= MAX_ACTIVITIES:
         problems.append(f"{len(plan.activities)} activities; a day has 1 to {MAX_ACTIVITIES}")
-    tools = {t for s in bible.services for t in library.get(s, ())}
+    tools = {t for s in (bible.services if services is None else services)
+             for t in library.get(s, ())}
     arcs = {a.title for a in bible.arcs}
     last = ""
     for i, act in enumerate(plan.activities, 1):
@@ -207,7 +210,9 @@ class PlanStage(Stage[PlanOut]):
     def __init__(self, bible: BibleOut, library: Mapping[str, Sequence[str]], day: int,
                  earlier: Sequence[PlanOut], facts: WorldFacts) -> None:
         self.bible = bible
-        self.library = {s: list(library[s]) for s in sorted(bible.services) if s in library}
+        # The persona's services, and those its world has gained (an app a day wrote).
+        services = set(bible.services) | {t.split(".", 1)[0] for t in facts.tables}
+        self.library = {s: list(library[s]) for s in sorted(services) if s in library}
         self.day = day
         self.earlier = sorted(earlier, key=lambda p: p.day)
         self.facts = facts
@@ -246,7 +251,7 @@ class PlanStage(Stage[PlanOut]):
 
     def execute(self, output: PlanOut) -> Measure:
         problems = plan_problems(output, self.bible, self.library, self.day,
-                                 self.previous_date)
+                                 self.previous_date, services=self.library)
         checks = 4 + len(output.activities)
         return Measure(min(1.0, len(problems) / checks), tuple(problems),
                        {"activities": len(output.activities),

@@ -14,6 +14,8 @@ A run lives in one folder::
     personas/<name>/         each accepted persona's bible.json and accounts.json, and its
                              day plans (plans/day-<N>.json, ``synth day --plan-only``)
                              and days (days/day-<N>.json: the implementation's attempts)
+    apps/<service>.json      the app library: apps days wrote for services no app served
+                             (``synth.applib``), for later days and personas
     skills.jsonl             the skill library (``synth.skills``): what stored days showed
                              and what refused days and tasks taught
     tasks/<persona>/<id>.json  every task rank of ``synth tasks``: its candidate, the
@@ -51,7 +53,6 @@ from typing import Any, TextIO
 
 import msgspec
 
-from envs.apps import SHIPPED
 from envs.instance import Environment
 from gates.judges import AgentJudge, CodeJudge
 from gates.quality import Judges
@@ -59,13 +60,13 @@ from llm.client import LLMClient, Mode
 from llm.errors import RecordingMissing
 from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
+from synth.applib import add_to_library, library_tools, read_library
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
 from synth.implement import DayOutcome, implement_day
 from synth.personas import (
     BibleOut,
     accounts_file,
-    library_tools,
     signature,
     synthesize_persona,
 )
@@ -95,7 +96,7 @@ RUN_FORMAT = 1
 NOT_RUN_NO_MODEL = "not run: no model configured"
 COMPARED = ("run.json", "scenarios.jsonl", "scenarios.report.json", "personas.jsonl",
             "personas", "outputs", "log", "worlds", "envs", "tasks", "pack", "skills.jsonl",
-            "summary.json")
+            "apps", "summary.json")
 # Splits of a run's pack, by the task id's SHA-256 (a task keeps its split across runs).
 SPLIT_OF_TENTH = {0: "eval", 1: "eval", 2: "sft"}
 
@@ -296,7 +297,7 @@ def accepted_personas(folder: Path) -> dict[str, str]:
 def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
     after = set(command.args.get("after") or [])
     accepted = {n: s for n, s in accepted_personas(folder).items() if n in after}
-    result = synthesize_persona(ctx, library_tools(SHIPPED), accepted,
+    result = synthesize_persona(ctx, library_tools(read_library(folder)), accepted,
                                 command.args.get("name"))
     if result.status == "accepted" and result.bible is not None:
         bible = result.bible
@@ -357,7 +358,8 @@ def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
     earlier = [msgspec.json.decode(p.read_bytes(), type=PlanOut)
                for p in sorted(plans.glob("day-*.json"))] if plans.is_dir() else []
     earlier = [p for p in earlier if p.day < day]
-    outcome = run_stage(ctx, PlanStage(bible, library_tools(SHIPPED), day, earlier, facts),
+    outcome = run_stage(ctx, PlanStage(bible, library_tools(read_library(folder)), day,
+                                       earlier, facts),
                         f"{persona}@{day}")
     if outcome.status == "accepted":
         write_atomically(plans / f"day-{day}.json", encode(msgspec.convert(
@@ -446,7 +448,7 @@ def _run_setup(folder: Path, command: Command, open_worlds: Callable[[], Worlds]
     bible = _bible(folder, persona)
     with open_worlds() as worlds:
         if not list(worlds.store.days(persona)):
-            worlds.import_stream(io.BytesIO(setup_lines(bible)),
+            worlds.import_stream(io.BytesIO(setup_lines(bible, read_library(folder))),
                                  source=f"<synth setup of {persona}>")
         _write_world(folder, worlds, persona)
 
@@ -460,9 +462,11 @@ def _run_day(folder: Path, ctx: Context, command: Command,
         if day in {r.day for r in worlds.store.days(persona)}:
             return _day_report(folder, persona, day, already=True)
         given = retrieve(read_skills(folder), plan, bible.services)
-        outcome = implement_day(ctx, worlds, bible, plan, skills=given)
+        outcome = implement_day(ctx, worlds, bible, plan, skills=given,
+                                library=read_library(folder))
         write_atomically(_day_path(folder, persona, day), encode(outcome))
         add_skills(folder, outcome.learned)
+        add_to_library(folder, outcome.apps)
         if outcome.status == "stored":
             _write_world(folder, worlds, persona)
     return _day_report(folder, persona, day)

@@ -8,6 +8,9 @@ service in the app library's reference world (the bundled demo world's day 0, wh
 databases the shipped apps were written against). The workspace gets ``accounts.json``:
 the persona's accounts with their deterministic password hashes (``synth.personas``).
 
+A service of the run's app library (an app a day of another persona wrote,
+``synth.applib``) comes with its carried app and its schema instead.
+
 Everything else (contacts, messages, orders, files) is written by the days, which the
 implementer makes from plans; the first plan sees empty tables. Day 0's events all carry
 ``SETUP_TS``: the world begins before any plan's date.
@@ -15,12 +18,14 @@ implementer makes from plans; the first plan sees empty tables. Day 0's events a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 
 import msgspec
 
 from envs.apps import SHIPPED
 from packs.registry import load_pack
+from synth.applib import LibraryApp, app_payloads
 from synth.errors import SynthError
 from synth.personas import BibleOut, accounts_file
 from synth.stage import encode
@@ -49,15 +54,20 @@ def library_schemas() -> dict[str, tuple[str, ...]]:
     return {service: tuple(statements) for service, statements in sorted(found.items())}
 
 
-def setup_lines(bible: BibleOut) -> bytes:
-    """Day 0 of `bible`'s persona as interchange lines."""
+def setup_lines(bible: BibleOut, library: Mapping[str, LibraryApp] | None = None) -> bytes:
+    """Day 0 of `bible`'s persona as interchange lines; a service of the run's app
+    `library` (``synth.applib``) comes with its carried app and its schema."""
     schemas = library_schemas()
     events: list[tuple[Payload, bytes | None]] = []
     for service in sorted(bible.services):
         app = SHIPPED.get(service)
+        if library and service in library:
+            events += app_payloads(library[service])
+            continue
         if app is None or service not in schemas:
+            known = sorted({*schemas, *(library or {})})
             raise SynthError(f"persona {bible.name!r}: service {service!r} is not in the app "
-                             f"library (services: {', '.join(sorted(schemas))})")
+                             f"library (services: {', '.join(known)})")
         events.append((AppPayload(service=service, app=app.name, version=app.version,
                                   digest=app.digest, carried=False), None))
         events += [(SqlPayload(service=service, sql=sql), None) for sql in schemas[service]]

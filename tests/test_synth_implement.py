@@ -27,8 +27,8 @@ from replay.engine import Worlds
 from synth.days import EpisodeDay
 from synth.implement import DayOutcome, validate_candidate
 from synth.personas import BibleOut
-from synth.runs import replay_run
 from synth.plans import PlanOut
+from synth.runs import replay_run
 from synth.setup import SETUP_TS, library_schemas, setup_lines
 from synth.skills import Skill, lesson, read_skills, retrieve
 from worldstore.errors import InputError
