@@ -19,7 +19,7 @@ import time
 from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
 
 BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "rl", "eval", "verifier", "gates",
-              "startup", "synth")
+              "startup", "synth", "persona")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,9 +24,10 @@ model, not an exception.
    the same effects. A command that wrote the machine's clock, randomness or the
    sandbox's process ids fails here, naming the call and what differed;
 3. *the five layers* of ``synth.validate_day`` on the candidate day, in a scratch store
-   holding the persona's log and the candidate (nothing reaches the real store before
-   the day passed), with names reserved by the real store's other personas, the
-   declarations from ``done`` and, with a model, the reviewer against the plan.
+   holding the persona's stored days (copied, not replayed) and the candidate (nothing
+   reaches the real store before the day passed), with names reserved by the real
+   store's other personas, the declarations from ``done`` and, with a model, the
+   reviewer against the plan.
 
 A failed attempt's reasons (deterministic texts: no paths, no times) go to the next
 attempt, at most ``max_attempts`` (default ``MAX_DAY_ATTEMPTS``); a day that passes is
@@ -65,7 +66,9 @@ from synth.skills import Skill, lesson, skills_of_day, skills_text
 from synth.stage import Context
 from synth.validate_day import DayReport, validate_day
 from worldstore.errors import WorldError
+from worldstore.events import blob_of
 from worldstore.open import open_event_store
+from worldstore.store import EventStore, NewDay
 
 MAX_STEPS = 40
 MAX_DAY_ATTEMPTS = 3
@@ -477,15 +480,15 @@ def validate_candidate(worlds: Worlds, made: EpisodeDay, *,
                        reviewer: LLMReviewer | None = None,
                        plan: str | None = None) -> DayReport:
     """The five layers on a day not yet stored: in a scratch store (beside the snapshot
-    cache, which it shares) holding the persona's log and the candidate, with the names
-    the real store's other personas reserve."""
+    cache, which it shares) holding the persona's stored days, copied as they are (no day
+    is applied again), and the candidate, imported on top of the day before's snapshot;
+    with the names the real store's other personas reserve."""
     scratch = worlds.cache.scratch()
     try:
         candidate = Worlds(open_event_store(scratch / "candidate.sqlite"), worlds.cache)
         try:
-            history = io.BytesIO()
-            worlds.export(made.persona, history)
-            candidate.import_stream(io.BytesIO(history.getvalue() + made.lines),
+            copy_persona(worlds.store, candidate.store, made.persona)
+            candidate.import_stream(io.BytesIO(made.lines),
                                     source=f"<candidate {made.persona}@{made.day}>")
             with Environment(candidate) as env:
                 return validate_day(candidate, f"{made.persona}@{made.day}", produces=produces,
@@ -496,5 +499,16 @@ def validate_candidate(worlds: Worlds, made: EpisodeDay, *,
         remove_tree(scratch)
 
 
+def copy_persona(source: EventStore, dest: EventStore, persona: str) -> None:
+    """Every stored day of `persona` from `source` into `dest` (which has none of it):
+    records, events and blobs as they are, so nothing is replayed."""
+    for record in source.days(persona):
+        events = list(source.events(persona, record.first_seq, record.last_seq))
+        digests = {d for d in (blob_of(e.payload) for e in events) if d is not None}
+        dest.append_day(NewDay(record=record, events=events,
+                               blobs={d: source.blob(d) for d in sorted(digests)}),
+                        expected_last_seq=record.first_seq - 1)
+
+
 __all__ = ["MAX_DAY_ATTEMPTS", "MAX_STEPS", "DayAttempt", "DayOutcome", "activity_ts",
-           "implement_day", "validate_candidate"]
+           "copy_persona", "implement_day", "validate_candidate"]
