@@ -204,3 +204,13 @@ def test_litellm_is_imported_lazily_and_offline() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
     assert "cost map" not in done.stderr.lower(), done.stderr
+
+
+def test_a_failed_call_is_retried_and_then_an_llm_call_error(server: LoopbackLLM) -> None:
+    # litellm retries through tenacity (a dependency of ours for that): a provider's error
+    # is retried num_retries times, then surfaces as our error, never as an import error.
+    before = len(server.requests)
+    retrying = LLMClient(MODEL, api_base=server.url, api_key="k", num_retries=1)
+    with pytest.raises(LLMCallError, match="something no rule answers"):
+        retrying.complete([{"role": "user", "content": "something no rule answers"}])
+    assert len(server.requests) - before == 2

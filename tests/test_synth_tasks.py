@@ -1,6 +1,8 @@
 """Task synthesis (synth.tasks) through litellm's real path against the loopback server, on
 a persona world made by ``synth world`` (the rules of tests/test_synth_implement.py):
-``worldctl synth tasks astrid --days 2,2 --difficulty hard --parallel 2``. Both workers
+``worldctl synth tasks astrid --days 2,2 --difficulty hard --parallel 2 --judge-model J``
+(gate 1's three tiers: the verifier, the code-augmented judge, the agent judge querying
+the final world; and gate 5's probe). Both workers
 propose the same task: the store's claims let the lower rank have it and hold the other
 back. The claimed task's first verifier already holds before anything is done, so gate 2
 rejects it; the LLM reviser's version passes every gate that runs with six ensemble
@@ -78,8 +80,44 @@ def agent_calls() -> list[dict[str, Any]]:
     return [*calls, {"name": "answer", "arguments": {"text": "Done."}}]
 
 
+CODE_JUDGE = "You judge an agent's attempt at a task on a simulated personal computer. "
+AGENT_JUDGE = "by inspecting the computer itself"
+PHOTO_SAVED = "SELECT body FROM messages WHERE body = 'Photo saved.'"
+
+
+def _judge(verdict: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "verdict",
+                            "arguments": {"verdict": verdict, "reasoning": "scripted"}}]}
+
+
+def _code(when: dict[str, Any], verdict: str) -> dict[str, Any]:
+    return {"when": {"has_tools": False, "any_contains": CODE_JUDGE, **when},
+            "reply": {"content": json.dumps({"verdict": verdict, "reasoning": "scripted"})}}
+
+
+# The three tiers: the verifier's V, the code-augmented judge deciding from V (and holding
+# to it when the counterfactual probe says the opposite), the agent judge from a query of
+# the final world.
+JUDGES = [
+    _code({"last_contains": "NOT completed", "any_contains": "V = 1 ("}, "Completed"),
+    _code({"last_contains": "actually completed", "any_contains": "V = 0 ("}, "Agent Error"),
+    {"when": {"has_tools": False, "any_contains": "V = 1 ("},
+     "reply": {"content": json.dumps({"verdict": "Completed", "reasoning": "scripted"})}},
+    {"when": {"has_tools": False, "any_contains": "## Verifier"},
+     "reply": {"content": json.dumps({"verdict": "Agent Error", "reasoning": "scripted"})}},
+    {"when": {"has_tools": True, "any_contains": AGENT_JUDGE, "last_role": "tool",
+              "last_contains": '"rows": [["Photo saved."]]'}, "reply": _judge("Completed")},
+    {"when": {"has_tools": True, "any_contains": AGENT_JUDGE, "last_role": "tool"},
+     "reply": _judge("Agent Error")},
+    {"when": {"has_tools": True, "any_contains": AGENT_JUDGE},
+     "reply": {"tool_calls": [{"name": "query", "arguments": {
+         "world": "final", "service": "chat", "sql": PHOTO_SAVED}}]}},
+]
+
+
 def _rules() -> list[dict[str, Any]]:
     return [
+        *JUDGES,
         {"when": {"any_contains": PROPOSE},
          "reply": {"content": json.dumps({"tasks": [draft(HOLDS_AT_W0)]})}},
         {"when": {"any_contains": REVISE},
@@ -114,7 +152,8 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory
                            *common)
             assert world.exit_code == 0, world.output
             made = invoke("--store", str(store), "synth", "tasks", "astrid", "--days", "2,2",
-                          "--difficulty", "hard", "--parallel", "2", *common, "--json")
+                          "--difficulty", "hard", "--parallel", "2", "--judge-model",
+                          "openai/judge", *common, "--json")
             assert made.exit_code == 0, made.output
     yield run, store, json.loads(made.stdout)
 
@@ -155,7 +194,9 @@ def test_a_task_rejected_at_gate_2_is_revised_and_accepted(
     assert first["initially_unsatisfied"] == ("failed", "satisfied_at_W0")
     assert second["initially_unsatisfied"][0] == "passed"
     assert second["solvability"][0] == second["difficulty"][0] == "passed"
-    assert second["judge_consistency"][0] == "not_run"  # no --judge-model
+    # the three tiers agree on all six rollouts, and the probe did not move the judges
+    assert second["judge_consistency"] == ("passed", "V = V_LLM = V_agent on all 6 rollouts")
+    assert second["counterfactual_probe"][0] == "passed"
     assert record.tokens > 0
     folder = run / "pack" / "run" / "tasks" / accepted["task_id"]
     task = load_task(folder)
