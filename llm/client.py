@@ -31,12 +31,13 @@ Errors (all ``WorldError``)::
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar, get_args
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args
 
 import msgspec
 
@@ -124,8 +125,19 @@ class _EmbeddingRecording(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     response: _EmbeddingResponse
 
 
+class Meter(Protocol):
+    """What a metered client reports its live calls to (a synthesis run's budget): asked
+    before each call (it raises to refuse it), told what each call cost after."""
+
+    def check(self) -> None: ...
+
+    def charge(self, tokens: int, cost: float | None) -> None: ...
+
+
 class LLMClient:
     """Sends chat requests to one model, recording or replaying them by content hash."""
+
+    meter: Meter | None = None  # see `metered`
 
     def __init__(self, model: str | None, *, api_base: str | None = None,
                  api_key: str | None = None, recordings: Path | None = None,
@@ -150,6 +162,22 @@ class LLMClient:
     def configured(self) -> bool:
         return self.model is not None
 
+    def metered(self, meter: Meter) -> LLMClient:
+        """This client, its live calls checked and charged by `meter` (answers from
+        recordings cost nothing and are never refused)."""
+        found = copy.copy(self)
+        found.meter = meter
+        return found
+
+    def _before_call(self) -> None:
+        if self.meter is not None:
+            self.meter.check()
+
+    def _charged(self, reply: Completion) -> Completion:
+        if self.meter is not None:
+            self.meter.charge(reply.tokens_in + reply.tokens_out, reply.cost)
+        return reply
+
     def complete(self, messages: Sequence[Message], *,
                  tools: Sequence[dict[str, Any]] | None = None,
                  response_format: dict[str, Any] | None = None,
@@ -159,12 +187,13 @@ class LLMClient:
                                      max_tokens)
         if self._answers_from_recording(key):
             return self._replay(key, request)
+        self._before_call()
         litellm = _litellm()
         try:
             raw = litellm.completion(**self._call_args(request))
         except _provider_errors() as exc:
             raise self._call_error(exc) from exc
-        return self._keep(key, request, raw)
+        return self._charged(self._keep(key, request, raw))
 
     async def acomplete(self, messages: Sequence[Message], *,
                         tools: Sequence[dict[str, Any]] | None = None,
@@ -175,12 +204,13 @@ class LLMClient:
                                      max_tokens)
         if self._answers_from_recording(key):
             return self._replay(key, request)
+        self._before_call()
         litellm = _litellm()
         try:
             raw = await litellm.acompletion(**self._call_args(request))
         except _provider_errors() as exc:
             raise self._call_error(exc) from exc
-        return self._keep(key, request, raw)
+        return self._charged(self._keep(key, request, raw))
 
     def embed(self, texts: Sequence[str]) -> Embeddings:
         """One vector per text from the model's embedding endpoint (litellm ``embedding``),
@@ -191,6 +221,7 @@ class LLMClient:
         key = request_hash(request)
         if self._answers_from_recording(key):
             return self._replay_embedding(key, request)
+        self._before_call()
         litellm = _litellm()
         try:
             raw = litellm.embedding(model=model, input=inputs,
@@ -202,7 +233,10 @@ class LLMClient:
         if self.mode in ("record", "cache"):
             self._write(key, _EmbeddingRecording(format=RECORDING_FORMAT, request_hash=key,
                                                  request=request, response=response))
-        return _embeddings(response, key, from_recording=False)
+        found = _embeddings(response, key, from_recording=False)
+        if self.meter is not None:
+            self.meter.charge(found.tokens_in, found.cost)
+        return found
 
     def recording_path(self, key: str) -> Path:
         if self.recordings is None:

@@ -177,7 +177,7 @@ def implement_day(ctx: Context, worlds: Worlds, bible: BibleOut, plan: PlanOut, 
     if days[-1] != day - 1:
         raise SynthError(f"{persona}: day {day} comes after day {day - 1}, but the store's "
                          f"last day of {persona} is {days[-1]}")
-    reviewer = LLMReviewer(ctx.client) if review else None
+    reviewer = LLMReviewer(ctx.client.metered(ctx.budget)) if review else None
     attempts: list[DayAttempt] = []
     given = [s.key for s in skills]
     with Environment(worlds) as env:

@@ -171,13 +171,17 @@ def open_run(folder: Path, settings: Settings) -> tuple[RunConfig, Context]:
     return config, ctx
 
 
-def _client(folder: Path, settings: Settings, model: str | None) -> LLMClient | None:
-    """A client of another model (a judge's, the embeddings') recording with the run's."""
+def _client(folder: Path, settings: Settings, model: str | None,
+            budget: Budget | None = None) -> LLMClient | None:
+    """A client of another model (a judge's, the embeddings', the rollouts') recording
+    with the run's; `budget`: its calls count against the run's (a stage's own calls are
+    counted by the stage's context instead)."""
     if not model:
         return None
-    return LLMClient(model, api_base=settings.api_base, api_key=settings.api_key,
-                     recordings=settings.recordings or folder / "recordings",
-                     mode=settings.mode)
+    client = LLMClient(model, api_base=settings.api_base, api_key=settings.api_key,
+                       recordings=settings.recordings or folder / "recordings",
+                       mode=settings.mode)
+    return client if budget is None else client.metered(budget)
 
 
 def read_config(folder: Path) -> RunConfig:
@@ -553,12 +557,12 @@ def _run_tasks(folder: Path, ctx: Context, command: Command, settings: Settings,
     after = set(args.get("after") or [])
     taken = [t for i, t in sorted(_pack_tasks(folder, config, persona).items()) if i in after]
     ctx.embedder = _client(folder, settings, args.get("embedding_model"))
-    judge = _client(folder, settings, args.get("judge_model"))
+    judge = _client(folder, settings, args.get("judge_model"), ctx.budget)
     slots = [Slot(int(d), str(k)) for d, k in  # type: ignore[arg-type]
              zip(args["days"], args["difficulties"], strict=True)]
 
     def client_for(model: str) -> LLMClient:
-        found = _client(folder, settings, model)
+        found = _client(folder, settings, model, ctx.budget)
         assert found is not None
         return found
 
@@ -627,7 +631,7 @@ def _run_envs(folder: Path, ctx: Context, command: Command, settings: Settings,
               open_worlds: Callable[[], Worlds]) -> EnvsReport:
     specs = read_scenarios(folder / command.args["scenarios"])
     config = read_config(folder)
-    judge = _client(folder, settings, command.args.get("judge_model"))
+    judge = _client(folder, settings, command.args.get("judge_model"), ctx.budget)
     options = EnvOptions(tasks_per_scenario=int(command.args["tasks_per_scenario"]),
                          only=command.args.get("only"), judge=judge,
                          tasks_dir=pack_dir(folder, config) / "tasks")

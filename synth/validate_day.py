@@ -83,6 +83,7 @@ import msgspec
 from envs.errors import AppPinError
 from envs.instance import Environment, Instance, read_pins
 from gates.contract import GateStatus
+from llm.errors import NoModel, RecordingMissing
 from replay.engine import Worlds
 from replay.errors import ApplyError
 from replay.files import remove_tree
@@ -91,6 +92,7 @@ from replay.hashing import Manifest, decode_manifest
 from replay.layout import WORKSPACE, list_services, service_db, workspace_path
 from replay.sqlite import open_readonly, quote_ident
 from replay.verify import first_difference, touched_by
+from synth.errors import BudgetSpent
 from worldstore.errors import PathError, WorldError
 from worldstore.events import (
     FileDeletePayload,
@@ -1074,6 +1076,8 @@ def review_layer(world_dir: Path, reviewer: Reviewer | None, plan: str | None) -
         return LayerResult("review", "not_run", "no plan given to review the world against")
     try:
         outcome = reviewer.review(world_dir, plan)
+    except (NoModel, RecordingMissing, BudgetSpent):
+        raise  # the review did not happen: the caller says so (not run, stopped)
     except Exception as exc:  # the reviewer is plugged in from outside: report, never pass
         return LayerResult("review", "failed", f"the reviewer raised "
                            f"{type(exc).__name__}: {exc}")

@@ -214,3 +214,18 @@ def test_a_failed_call_is_retried_and_then_an_llm_call_error(server: LoopbackLLM
     with pytest.raises(LLMCallError, match="something no rule answers"):
         retrying.complete([{"role": "user", "content": "something no rule answers"}])
     assert len(server.requests) - before == 2
+
+
+def test_a_metered_client_charges_live_calls_and_refuses_once_spent(
+        server: LoopbackLLM, tmp_path: Path) -> None:
+    from synth.errors import BudgetSpent
+    from synth.stage import Budget
+
+    budget = Budget(tokens=1)
+    metered = client(server, tmp_path, "cache").metered(budget)
+    first = metered.complete(QUESTION)
+    assert budget.spent_tokens == first.tokens_in + first.tokens_out > 0
+    assert metered.complete(QUESTION).from_recording  # a recorded answer: never refused
+    with pytest.raises(BudgetSpent, match="token budget is spent"):
+        metered.complete([{"role": "user", "content": "What is the capital of Sweden?"}])
+    assert client(server, tmp_path, "cache").meter is None  # the plain client is unmetered
