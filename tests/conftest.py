@@ -71,3 +71,12 @@ def cache_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def demo_jsonl() -> Path:
     return DEMO_JSONL
+
+
+@pytest.fixture
+def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model call's environment for the loopback server (tests/llm_server.py): an API key,
+    and no model or endpoint of the developer's own (``WORLDCTL_LLM_*``)."""
+    monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
+    for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
+        monkeypatch.delenv(name, raising=False)

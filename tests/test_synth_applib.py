@@ -130,11 +130,7 @@ def _rules() -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture(autouse=True)
-def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
-    for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 @pytest.fixture(scope="module")

@@ -74,11 +74,7 @@ RULES = [
 
 
 
-@pytest.fixture(autouse=True)
-def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
-    for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 def test_scenarios_then_envs_in_parallel_then_one_replay(tmp_path: Path) -> None:

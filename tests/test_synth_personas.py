@@ -94,11 +94,7 @@ def count(server: LoopbackLLM, tag: str) -> int:
     return sum(tag in str(r["messages"][0]["content"]) for r in server.requests)
 
 
-@pytest.fixture(autouse=True)
-def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
-    for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 @dataclass

@@ -34,11 +34,7 @@ WORLDCTL = Path(sys.executable).parent / "worldctl"
 MODEL = "openai/loopback"
 
 
-@pytest.fixture(autouse=True)
-def _api_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
-    for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 
