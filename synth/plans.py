@@ -2,7 +2,8 @@
 any of it is written into the world.
 
 The planner (``PlanStage``) reads the persona's bible, every earlier day's plan, what the
-world holds through day N-1 (row counts per service table, the workspace's files) and a
+world holds through day N-1 (row counts per service table, the workspace's files, and
+what an explorer with read-only tools over it found: ``synth.explore``) and a
 **coverage-pressure block** computed from the store (``coverage``): per service and per
 workspace area (a path's first folder), how many events each earlier day wrote, and which
 of the persona's services have been used least, so that interfaces spread across days.
@@ -208,8 +209,10 @@ class PlanStage(Stage[PlanOut]):
     max_tokens = 4096
 
     def __init__(self, bible: BibleOut, library: Mapping[str, Sequence[str]], day: int,
-                 earlier: Sequence[PlanOut], facts: WorldFacts) -> None:
+                 earlier: Sequence[PlanOut], facts: WorldFacts, explored: str = "") -> None:
+        """`explored`: what exploring the world through day N-1 found (``synth.explore``)."""
         self.bible = bible
+        self.explored = explored
         # The persona's services, and those its world has gained (an app a day wrote).
         services = set(bible.services) | {t.split(".", 1)[0] for t in facts.tables}
         self.library = {s: list(library[s]) for s in sorted(services) if s in library}
@@ -222,9 +225,12 @@ class PlanStage(Stage[PlanOut]):
         return self.earlier[-1].date if self.earlier else None
 
     def inputs(self) -> Any:
-        return {"bible": msgspec.to_builtins(self.bible), "library": self.library,
-                "day": self.day, "earlier": msgspec.to_builtins(self.earlier),
-                "facts": msgspec.to_builtins(self.facts)}
+        found = {"bible": msgspec.to_builtins(self.bible), "library": self.library,
+                 "day": self.day, "earlier": msgspec.to_builtins(self.earlier),
+                 "facts": msgspec.to_builtins(self.facts)}
+        if self.explored:  # (absent when none: plans made without keep their keys)
+            found["explored"] = self.explored
+        return found
 
     def request(self) -> str:
         b = self.bible
@@ -247,6 +253,9 @@ class PlanStage(Stage[PlanOut]):
             more = f" (and {self.facts.more_files} more)" if self.facts.more_files else ""
             lines.append(f"- workspace files: {', '.join(self.facts.files)}{more}")
         lines += ["", pressure_block(self.facts, b)]
+        if self.explored:
+            lines += ["", "What exploring the world through the day before found:",
+                      self.explored]
         return "\n".join(lines)
 
     def execute(self, output: PlanOut) -> Measure:

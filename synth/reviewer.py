@@ -59,13 +59,14 @@ class LLMReviewer:
                                         f"{', '.join(inspector.services('final')) or '(none)'}"},
         ]
         for _turn in range(self.max_turns):
-            reply = self.client.complete(messages, tools=REVIEW_TOOLS)
+            reply = self.client.complete(messages, tools=READ_TOOLS)
             if not reply.tool_calls:
                 return self._outcome(reply.text)
             messages.append(assistant_message(reply))
             for call in reply.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id,
-                                 "content": _run_tool(inspector, call.name, call.arguments)})
+                                 "content": run_read_tool(inspector, call.name,
+                                                          call.arguments)})
         return ReviewOutcome(False, f"the reviewer gave no verdict in {self.max_turns} turns",
                              model=self.client.model)
 
@@ -84,7 +85,7 @@ def _tool(name: str, description: str, properties: dict[str, dict[str, str]]
     return function_tool(name, description, object_parameters(properties))
 
 
-REVIEW_TOOLS = [
+READ_TOOLS = [
     _tool("list_tables", "Tables of a service database with their row counts.",
           {"service": {"type": "string"}}),
     _tool("query", "Run one read-only SELECT on a service database.",
@@ -94,7 +95,7 @@ REVIEW_TOOLS = [
 ]
 
 
-def _run_tool(inspector: WorldInspector, name: str, arguments: str) -> str:
+def run_read_tool(inspector: WorldInspector, name: str, arguments: str) -> str:
     """One read-only tool call; a bad call is an error text for the model, never a crash."""
     try:
         args = msgspec.json.decode(arguments.encode() if arguments else b"{}")
@@ -113,4 +114,4 @@ def _run_tool(inspector: WorldInspector, name: str, arguments: str) -> str:
         return f"error: {type(exc).__name__}: {exc}"
 
 
-__all__ = ["LLMReviewer", "reviewer_from_env"]
+__all__ = ["READ_TOOLS", "LLMReviewer", "reviewer_from_env", "run_read_tool"]

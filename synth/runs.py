@@ -63,6 +63,7 @@ from replay.engine import Worlds
 from synth.applib import add_to_library, library_tools, read_library
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
+from synth.explore import explore
 from synth.implement import DayOutcome, implement_day
 from synth.personas import (
     BibleOut,
@@ -320,10 +321,10 @@ def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]
 
 
 def synth_plan(folder: Path, settings: Settings, persona: str, day: int,
-               open_worlds: Callable[[], Worlds]) -> dict[str, Any]:
+               open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
     """``synth day --plan-only``: the plan of `persona`'s day `day` (``synth.plans``), from
     its bible, its earlier plans and what the store holds of its world before that day
-    (`open_worlds` opens the store without creating it; none yet means nothing yet)."""
+    (`open_worlds(create=False)`: a store not made yet holds nothing yet)."""
     _bible(folder, persona)  # refuse a persona the run has not accepted, first
     if day < 1:
         raise SynthError(f"--day {day}: days to plan start at 1 (day 0 is the world's set-up)")
@@ -331,14 +332,31 @@ def synth_plan(folder: Path, settings: Settings, persona: str, day: int,
     if not ctx.client.configured:
         return {"status": NOT_RUN_NO_MODEL}
     try:
-        with open_worlds() as worlds:
+        with open_worlds(create=False) as worlds:
             facts = world_facts(worlds, persona, day)
     except NotFoundError:  # no store yet: nothing of any world
         facts = WorldFacts([], {}, {}, {}, [])
     command = Command("plan", {"persona": persona, "day": day,
                                "facts": _keep_data(folder, encode(facts), "facts", ".json")})
     _record(folder, command)
-    return _run_plan(folder, ctx, command)
+    return _run_plan(folder, ctx, command, open_worlds)
+
+
+def _explore_before(ctx: Context, open_worlds: Callable[..., Worlds], persona: str,
+                   day: int) -> str:
+    """What exploring `persona`'s world through day `day` - 1 finds ("" when the store
+    has no such day)."""
+    try:
+        with open_worlds(create=False) as worlds:
+            if day - 1 not in {r.day for r in worlds.store.days(persona)}:
+                return ""
+            record = worlds.record(f"{persona}@{day - 1}")
+            with worlds.pinned(persona, day - 1) as world:
+                return explore(ctx, world, record.world_hash,
+                               f"plan day {day} of {persona}'s life",
+                               f"{persona}@{day - 1}").findings
+    except NotFoundError:
+        return ""
 
 
 def _bible(folder: Path, persona: str) -> BibleOut:
@@ -353,9 +371,11 @@ def _bible(folder: Path, persona: str) -> BibleOut:
         raise SynthError(f"{path}: not a persona bible: {exc}") from None
 
 
-def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
+def _run_plan(folder: Path, ctx: Context, command: Command,
+              open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
     persona, day = str(command.args["persona"]), int(command.args["day"])
     bible = _bible(folder, persona)
+    explored = _explore_before(ctx, open_worlds, persona, day)
     facts = msgspec.json.decode((folder / command.args["facts"]).read_bytes(),
                                 type=WorldFacts)
     plans = folder / "personas" / persona / "plans"
@@ -363,7 +383,7 @@ def _run_plan(folder: Path, ctx: Context, command: Command) -> dict[str, Any]:
                for p in sorted(plans.glob("day-*.json"))] if plans.is_dir() else []
     earlier = [p for p in earlier if p.day < day]
     outcome = run_stage(ctx, PlanStage(bible, library_tools(read_library(folder)), day,
-                                       earlier, facts),
+                                       earlier, facts, explored),
                         f"{persona}@{day}")
     if outcome.status == "accepted":
         write_atomically(plans / f"day-{day}.json", encode(msgspec.convert(
@@ -845,7 +865,7 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
         elif command.kind == "persona":
             _run_persona(target, ctx, command)
         elif command.kind == "plan":
-            _run_plan(target, ctx, command)
+            _run_plan(target, ctx, command, open_worlds)
         elif command.kind == "setup":
             _run_setup(target, command, open_worlds)
         elif command.kind == "day":

@@ -8,13 +8,14 @@ count: every slot makes ``count`` tasks, one per round, the slots of a round in 
 
 **Proposal** (``ProposeStage``, self-correcting like every stage): the model reads the
 persona, the world at the slot's day (row counts per table, a sample of each table's rows,
-the workspace's files), every tool, the difficulty asked for and the tasks taken already
-(the pack's accepted tasks of the persona when the command started, and the slot's own
-earlier ones), and writes ``CANDIDATES`` candidates, each with its instruction, ordered
-subtasks with their interfaces (every task needs both: mcp and shell), hint, rubric,
-verifier script and reference solution. A candidate is executable when its task folder
-loads, its solution uses both interfaces, and its verifier passes after the reference
-solution (whether it already holds at W0 is gate 2's to say).
+the workspace's files, and what an explorer with read-only tools over the booted world
+found: ``synth.explore``, once per day and difficulty), every tool, the difficulty asked
+for and the tasks taken already (the pack's accepted tasks of the persona when the command
+started, and the slot's own earlier ones), and writes ``CANDIDATES`` candidates, each
+with its instruction, ordered subtasks with their interfaces (every task needs both: mcp
+and shell), hint, rubric, verifier script and reference solution. A candidate is
+executable when its task folder loads, its solution uses both interfaces, and its verifier
+passes after the reference solution (whether it already holds at W0 is gate 2's to say).
 
 **The diversity gate** embeds the candidates and keeps, of those whose cosine to every
 task taken and to every task *claimed by a lower rank* is under ``DUPLICATE_COSINE``,
@@ -87,6 +88,7 @@ from replay.engine import Worlds
 from replay.layout import service_db
 from replay.sqlite import open_readonly, quote_ident
 from synth.errors import SynthError
+from synth.explore import Exploration, explore, findings_block
 from synth.personas import BibleOut
 from synth.stage import Context, Measure, Stage, StageOutcome, encode, run_stage, write_atomically
 from synth.verifiers import gate_feedback
@@ -183,6 +185,7 @@ class TasksJob:
     client_for: Callable[[str], LLMClient]
     judges: Judges = field(default_factory=Judges)
     lessons: list[str] = field(default_factory=list)  # from tasks rejected before
+    explored: dict[tuple[int, str], Exploration] = field(default_factory=dict)
     _own: dict[int, list[str]] = field(default_factory=dict)  # slot -> claimed instructions
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -218,12 +221,25 @@ def synthesize_tasks(job: TasksJob) -> list[TaskRecord]:
     """Every round of every slot (see the module docstring); the records in rank order."""
     vectors = _vectors(job.ctx, job.taken)
     taken = list(zip(job.taken, vectors, strict=True))
+    for slot in job.slots:  # once per day and difficulty, before the workers start
+        if (slot.day, slot.difficulty) not in job.explored:
+            job.explored[slot.day, slot.difficulty] = _explore_for(job, slot)
     records: list[TaskRecord] = []
     for round_no in range(job.count):
         with ThreadPoolExecutor(max_workers=max(1, job.parallel)) as pool:
             records += list(pool.map(functools.partial(_rank, job, round_no, taken=taken),
                                      range(len(job.slots))))
     return records
+
+
+def _explore_for(job: TasksJob, slot: Slot) -> Exploration:
+    worlds, persona = job.env.worlds, job.bible.name
+    record = worlds.record(f"{persona}@{slot.day}")
+    with worlds.pinned(persona, slot.day) as world:
+        return explore(job.ctx, world, record.world_hash,
+                       f"propose {slot.difficulty} tasks for an agent on {persona}@{slot.day}"
+                       ", each needing the services' tools (mcp) and the workspace (shell)",
+                       f"{persona}@{slot.day}")
 
 
 def _rank(job: TasksJob, round_no: int, slot_no: int, *,
@@ -234,7 +250,8 @@ def _rank(job: TasksJob, round_no: int, slot_no: int, *,
     try:
         worlds = job.env.worlds
         record = worlds.record(f"{job.bible.name}@{slot.day}")
-        facts = world_text(worlds, job.bible.name, slot.day)
+        facts = world_text(worlds, job.bible.name, slot.day) + findings_block(
+            job.explored.get((slot.day, slot.difficulty)))
         tools = [{"name": t.name, "description": t.description}
                  for t in _tool_infos(job.env, f"{job.bible.name}@{slot.day}")]
         with job._lock:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cli_harness import invoke
 from llm_server import serving
-from test_synth_plans import BIBLE, PLAN1
+from test_synth_plans import BIBLE, EXPLORE_RULES, PLAN1
 
 from envs.instance import Environment
 from replay.engine import Worlds
@@ -110,6 +110,7 @@ BO_DAY1 = [call("begin", activity=1),
 def _rules() -> list[dict[str, Any]]:
     persona, plan = "synth prompt persona@v1", "synth prompt plan@v1"
     return [
+        *EXPLORE_RULES,
         {"when": {"any_contains": "You review one day of a simulated persona's computer"},
          "reply": {"content": json.dumps({"passed": True, "reason": "Fine."})}},
         {"when": {"any_contains": "synth prompt diversity@v1"},

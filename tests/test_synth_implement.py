@@ -19,7 +19,7 @@ import msgspec
 import pytest
 from cli_harness import invoke, refused
 from llm_server import serving
-from test_synth_plans import BIBLE, PLAN1
+from test_synth_plans import BIBLE, EXPLORE_RULES, FINDINGS, PLAN1
 
 from envs.instance import Environment
 from packs.registry import load_pack
@@ -84,6 +84,7 @@ DAY2 = [call("begin", activity=1),
 def _rules() -> list[dict[str, Any]]:
     persona, plan = "synth prompt persona@v1", "synth prompt plan@v1"
     return [
+        *EXPLORE_RULES,
         {"when": {"any_contains": REVIEW},
          "reply": {"content": json.dumps({"passed": True, "reason": "The day matches."})}},
         {"when": {"any_contains": persona}, "reply": {"content": json.dumps(BIBLE)}},
@@ -156,6 +157,24 @@ def test_the_days_are_stamped_from_the_plans_clock(made: tuple[Path, Path, Any])
         root = worlds.snapshot("astrid", 1)
         assert (root / "workspace" / "log.txt").read_text() == "2026-03-02 11:30\n"
         assert all(r.status == "replayed" for r in worlds.replay("astrid"))
+
+
+def test_each_plan_reads_what_exploring_the_world_before_found(
+        made: tuple[Path, Path, Any]) -> None:
+    run, _, _ = made
+    explorations = [json.loads(p.read_text()) for p in (run / "outputs" / "explore").iterdir()]
+    assert sorted(e["subject"] for e in explorations) == ["astrid@0", "astrid@1"]
+    assert all(e["findings"] == FINDINGS and e["calls"] == ["list_files {}"]
+               for e in explorations)
+    asked = [m["content"] for p in (run / "recordings").iterdir()
+             for m in json.loads(p.read_text())["request"].get("messages", [])
+             if "Plan day 2." in str(m.get("content"))]
+    assert asked and asked[0].endswith(
+        "What exploring the world through the day before found:\n" + FINDINGS)
+    shown = [m["content"] for p in (run / "recordings").iterdir()
+             for m in json.loads(p.read_text())["request"].get("messages", [])
+             if m.get("role") == "tool" and "accounts.json" in str(m.get("content"))]
+    assert shown  # the explorer was shown the workspace's real listing
 
 
 def test_the_run_replays_offline_to_the_same_worlds(made: tuple[Path, Path, Any],

@@ -61,6 +61,16 @@ PLAN2 = {"day": 2, "date": "2026-03-03", "summary": "Notes day.", "activities": 
     act("08:15", "mcp", tool="notes_create_note", arc="the planning notes")]}
 
 
+EXPLORE = "synth prompt explore@v1"
+FINDINGS = "- accounts.json in the workspace lists the persona's accounts."
+# The explorer (synth.explore) looks at the workspace once, then reports.
+EXPLORE_RULES: list[dict[str, Any]] = [
+    {"when": {"any_contains": EXPLORE, "last_role": "tool"}, "reply": {"content": FINDINGS}},
+    {"when": {"any_contains": EXPLORE},
+     "reply": {"tool_calls": [{"name": "list_files", "arguments": {}}]}},
+]
+
+
 def _rules() -> list[dict[str, Any]]:
     persona = "synth prompt persona@v1"
     plan = "synth prompt plan@v1"

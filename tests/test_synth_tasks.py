@@ -22,6 +22,7 @@ import pytest
 from cli_harness import invoke, refused
 from llm_server import serving
 from test_synth_implement import _rules as world_rules
+from test_synth_plans import FINDINGS
 
 from gates.task import load_task
 from replay.engine import Worlds
@@ -209,6 +210,20 @@ def test_a_task_rejected_at_gate_2_is_revised_and_accepted(
     assert [s.text for s in lessons] == [
         "a task was rejected: gate initially_unsatisfied failed (satisfied_at_W0); the "
         "checks hold before anything was done"]
+
+
+def test_proposals_read_what_exploring_the_booted_world_found(
+        synthesized: tuple[Path, Path, dict[str, Any]]) -> None:
+    run, _, _ = synthesized
+    subjects = sorted(json.loads(p.read_text())["subject"]
+                      for p in (run / "outputs" / "explore").iterdir())
+    assert subjects == ["astrid@0", "astrid@1", "astrid@2"]  # two plans, one task day
+    proposals = [ms for ms in (json.loads(p.read_text())["request"].get("messages", [])
+                               for p in (run / "recordings").iterdir())
+                 if ms and PROPOSE in str(ms[0]["content"])]
+    assert len(proposals) == 2  # one per worker
+    assert all("What exploring the world found:\n" + FINDINGS in ms[1]["content"]
+               for ms in proposals)
 
 
 def test_the_funnel_reports_each_gate(synthesized: tuple[Path, Path, dict[str, Any]]) -> None:

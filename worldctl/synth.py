@@ -298,8 +298,7 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
                          budget_tokens, budget_cost)
     open_worlds = _store_opener(ctx)
     if plan_only:
-        report = synth_plan(run_dir, settings, persona, day,
-                            lambda: open_worlds(create=False))
+        report = synth_plan(run_dir, settings, persona, day, open_worlds)
 
         def accepted() -> str:
             plan = report["plan"]
