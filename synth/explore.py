@@ -90,4 +90,4 @@ def findings_block(found: Exploration | None) -> str:
     return f"\n\nWhat exploring the world found:\n{found.findings}"
 
 
-__all__ = ["MAX_TURNS", "Exploration", "explore", "findings_block"]
+__all__ = ["MAX_TURNS", "STAGE", "Exploration", "explore", "findings_block"]

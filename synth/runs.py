@@ -63,7 +63,8 @@ from replay.engine import Worlds
 from synth.applib import add_to_library, library_tools, read_library
 from synth.database import ScenarioSpec
 from synth.errors import BudgetSpent, SynthError
-from synth.explore import explore
+from synth.explore import STAGE as EXPLORE_STAGE
+from synth.explore import Exploration, explore
 from synth.implement import DayOutcome, implement_day
 from synth.personas import (
     BibleOut,
@@ -782,6 +783,9 @@ def status(folder: Path) -> dict[str, Any]:
     stages = []
     outputs = folder / "outputs"
     for stage_dir in sorted(outputs.iterdir()) if outputs.is_dir() else []:
+        if stage_dir.name == EXPLORE_STAGE:  # an agent's outcomes, not a stage's
+            stages.append(_explored(stage_dir))
+            continue
         outcomes = [msgspec.json.decode(p.read_bytes(), type=StageOutcome)
                     for p in sorted(stage_dir.glob("*.json"))]
         costs = [o.cost for o in outcomes if o.cost is not None]
@@ -793,13 +797,24 @@ def status(folder: Path) -> dict[str, Any]:
             "attempts": sum(len(o.attempts) for o in outcomes),
             "tokens": sum(o.tokens for o in outcomes),
             "cost": sum(costs) if costs else None})
-    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity", "plan",
-             "propose", "revise"]
+    order = ["scenarios", "classify", *ENV_STAGES, "persona", "diversity", EXPLORE_STAGE,
+             "plan", "propose", "revise"]
     stages.sort(key=lambda s: order.index(s["stage"]) if s["stage"] in order else len(order))
     return {"run": str(folder), "model": config.model, "judge_model": config.judge_model,
             "commands": len(config.commands), "stages": stages,
             "recordings": len(list((folder / "recordings").glob("*.json")))
             if (folder / "recordings").is_dir() else 0}
+
+
+def _explored(folder: Path) -> dict[str, Any]:
+    """The explorations of a run as a status row: with findings (accepted) or without
+    (failed), their model calls as attempts."""
+    found = [msgspec.json.decode(p.read_bytes(), type=Exploration)
+             for p in sorted(folder.glob("*.json"))]
+    return {"stage": EXPLORE_STAGE, "accepted": sum(bool(e.findings) for e in found),
+            "kept_best": 0, "failed": sum(not e.findings for e in found),
+            "attempts": sum(e.turns for e in found), "tokens": sum(e.tokens for e in found),
+            "cost": None}
 
 
 # --- replay ---------------------------------------------------------------------------

@@ -175,6 +175,10 @@ def test_each_plan_reads_what_exploring_the_world_before_found(
              for m in json.loads(p.read_text())["request"].get("messages", [])
              if m.get("role") == "tool" and "accounts.json" in str(m.get("content"))]
     assert shown  # the explorer was shown the workspace's real listing
+    status = invoke("synth", "status", str(run), "--json")
+    assert status.exit_code == 0, status.output
+    rows = {r["stage"]: r for r in json.loads(status.stdout)["stages"]}
+    assert (rows["explore"]["accepted"], rows["explore"]["attempts"]) == (2, 4)
 
 
 def test_the_run_replays_offline_to_the_same_worlds(made: tuple[Path, Path, Any],
