@@ -48,6 +48,7 @@ from typing import Any, Literal
 import msgspec
 
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
+from envs.episodes_store import save_episode
 from envs.instance import SQL_CALL, Environment, Instance
 from gates.agents import take_step
 from gates.contract import ShellStep, ToolStep
@@ -75,6 +76,7 @@ MAX_DAY_ATTEMPTS = 3
 MAX_INVALID_STEPS = 3
 STEP_TOKENS = 4096
 BEGIN, DONE, CREATE_APP = "begin", "done", "create_app"
+IMPLEMENTER = "synth:implement"  # the agent name of the implementer's stored episodes
 # A re-execution's shell runs 14 hours east of the first run's UTC (and a second later at
 # least), so `date` in any form differs between the two.
 REEXECUTION_ENV = {"TZ": "Pacific/Kiritimati"}
@@ -212,7 +214,12 @@ def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, pl
         work = _Work(taken=taken_services(instance.mount.manifest.services, library),
                      made_by=f"{bible.name}@{plan.day}")
         _run_agent(ctx, instance, bible, plan, earlier, max_steps, skills, work)
-        episode = msgspec.structs.replace(instance.episode, final_hash=instance.hash())
+        episode = msgspec.structs.replace(instance.episode, final_hash=instance.hash(),
+                                          agent=IMPLEMENTER)
+    # Kept for whoever debugs the day (`worldctl episode list --agent synth:implement`);
+    # not part of the run's outputs, since a command's output printed to the terminal
+    # (not written to the world) may differ from one run to the next.
+    episode = msgspec.structs.replace(episode, episode_id=save_episode(worlds, episode))
     work.episode = episode
 
     def refused(problem: str, layers: list[dict[str, str]] | None = None,

@@ -145,6 +145,19 @@ def test_a_wall_clock_write_is_caught_and_fixed_from_the_feedback(
     assert outcome.world_hash == day1["world_hash"]
 
 
+def test_the_implementers_episodes_are_stored_for_debugging(
+        made: tuple[Path, Path, Any]) -> None:
+    _, store, _ = made
+    listed = invoke("--store", str(store), "episode", "list", "--agent", "synth:implement",
+                    "--json")
+    assert listed.exit_code == 0, listed.output
+    episodes = json.loads(listed.stdout)
+    assert len(episodes) == 3  # day 1 twice (the first refused), day 2 once
+    assert sorted(e["day"] for e in episodes) == [0, 0, 1]
+    verified = invoke("--store", str(store), "episode", "verify", "--all")
+    assert verified.exit_code == 0, verified.output
+
+
 def test_the_days_are_stamped_from_the_plans_clock(made: tuple[Path, Path, Any]) -> None:
     _, store, report = made
     with Worlds.open(store) as worlds:
