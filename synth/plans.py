@@ -32,7 +32,7 @@ from synth.personas import BibleOut
 from synth.stage import Measure, Stage
 from worldstore.errors import WorldError
 from worldstore.events import FileDeletePayload, FileWritePayload, SqlPayload, StoredEvent
-from worldstore.names import check_relpath
+from worldstore.names import check_relpath, ts_key
 
 MAX_ACTIVITIES = 40
 SHOWN_FILES = 60
@@ -65,6 +65,7 @@ class WorldFacts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tables: dict[str, int]  # "service.table" -> rows on day N-1
     files: list[str]  # the workspace's files on day N-1 (the first SHOWN_FILES)
     more_files: int = 0
+    last_ts: str = ""  # the world's last event before day N ("" when none)
 
 
 def area_of(path: str) -> str:
@@ -123,13 +124,20 @@ def pressure_block(facts: WorldFacts, bible: BibleOut) -> str:
 
 def plan_problems(plan: PlanOut, bible: BibleOut, library: Mapping[str, Sequence[str]],
                   day: int, previous_date: str | None,
-                  services: Collection[str] | None = None) -> list[str]:
+                  services: Collection[str] | None = None, after: str = "") -> list[str]:
     """Why the plan cannot be day `day` of the persona (deterministic texts). `services`:
-    those whose tools the plan may use (default: the bible's)."""
+    those whose tools the plan may use (default: the bible's); `after`: the world's last
+    event's timestamp, which the day's first activity must come after."""
     problems: list[str] = []
     if plan.day != day:
         problems.append(f"the plan is for day {plan.day}, not day {day}")
-    problems += _date_problems(plan.date, previous_date)
+    dated = _date_problems(plan.date, previous_date)
+    problems += dated
+    if not dated and after and plan.activities and _TIME.fullmatch(plan.activities[0].time):
+        start = f"{plan.date}T{plan.activities[0].time}:00Z"
+        if ts_key(start) <= ts_key(after):
+            problems.append(f"the day starts at {start}, not after the world's last event "
+                            f"({after}): date the day later")
     if not 1 <= len(plan.activities) <= MAX_ACTIVITIES:
         problems.append(f"{len(plan.activities)} activities; a day has 1 to {MAX_ACTIVITIES}")
     tools = {t for s in (bible.services if services is None else services)
@@ -193,13 +201,14 @@ def world_facts(worlds: Worlds, persona: str, day: int) -> WorldFacts:
     earlier = [r for r in store.days(persona) if r.day < day]
     if not earlier:
         return WorldFacts(days, services, areas, {}, [])
-    manifest = worlds.manifest(max(earlier, key=lambda r: r.day))
+    before = max(earlier, key=lambda r: r.day)
+    manifest = worlds.manifest(before)
     tables = {f"{service}.{table}": digest.rows
               for service, m in sorted(manifest.services.items())
               for table, digest in sorted(m.tables.items()) if not table.startswith("sqlite_")}
     files = sorted(manifest.files)
     return WorldFacts(days, services, areas, tables, files[:SHOWN_FILES],
-                      max(0, len(files) - SHOWN_FILES))
+                      max(0, len(files) - SHOWN_FILES), before.last_ts)
 
 
 class PlanStage(Stage[PlanOut]):
@@ -246,7 +255,9 @@ class PlanStage(Stage[PlanOut]):
         if self.earlier:
             lines += ["Earlier days:"]
             lines += [f"- day {p.day} ({p.date}): {p.summary}" for p in self.earlier]
-        lines += ["", "The world through the day before:"]
+        lines += ["", "The world through the day before"
+                  + (f" (its last event at {self.facts.last_ts}; the day comes after it):"
+                     if self.facts.last_ts else ":")]
         lines += [f"- {t}: {n} rows" for t, n in sorted(self.facts.tables.items())] or [
             "- no service data yet"]
         if self.facts.files:
@@ -260,7 +271,8 @@ class PlanStage(Stage[PlanOut]):
 
     def execute(self, output: PlanOut) -> Measure:
         problems = plan_problems(output, self.bible, self.library, self.day,
-                                 self.previous_date, services=self.library)
+                                 self.previous_date, services=self.library,
+                                 after=self.facts.last_ts)
         checks = 4 + len(output.activities)
         return Measure(min(1.0, len(problems) / checks), tuple(problems),
                        {"activities": len(output.activities),

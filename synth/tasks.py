@@ -101,7 +101,10 @@ ROLLOUTS, HINTED = 6, 3
 SAMPLE_ROWS = 3
 SHOWN_TABLE_CHARS = 600
 WAIT_S = 0.02  # between looks at the store for the lower ranks' decisions
-WAIT_LIMIT_S = 600.0
+# A lower rank's proposal is model calls (minutes with a slow model, five attempts): its
+# worker, in this process, always records a decision, even when it stops, so the limit is
+# only for a scope another process shares and left.
+WAIT_LIMIT_S = 6 * 3600.0
 VERIFIER_SCRIPT = "check.py"
 INTERFACES: tuple[Interface, ...] = ("mcp", "shell")
 Difficulty = Literal["hard", "medium"]

@@ -221,3 +221,13 @@ def test_each_check_of_a_plan_names_what_is_wrong(change: dict[str, Any],
     problems = plan_problems(msgspec.convert({**PLAN1, **change}, PlanOut), bible, LIBRARY,
                              1, "2026-03-01")
     assert any(problem in p for p in problems), problems
+
+
+def test_a_day_starts_after_the_worlds_last_event() -> None:
+    bible = msgspec.convert(BIBLE, BibleOut)
+    plan = msgspec.convert(PLAN1, PlanOut)  # 2026-03-02, first activity at 09:00
+    assert plan_problems(plan, bible, LIBRARY, 1, None, after="2026-03-02T08:59:59Z") == []
+    for last in ("2026-03-02T09:00:00Z", "2026-03-05T10:00:00Z"):
+        assert plan_problems(plan, bible, LIBRARY, 1, None, after=last) == [
+            f"the day starts at 2026-03-02T09:00:00Z, not after the world's last event "
+            f"({last}): date the day later"]
