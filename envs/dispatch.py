@@ -12,9 +12,10 @@ is the whole of it (validate, run under the call's frozen clock, encode), and a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -139,26 +140,35 @@ def execute_tool(conn: apsw.Connection, spec: ToolSpec, kwargs: dict[str, Any],
             return spec.fn(ctx, **kwargs)
         finally:
             conn.execute("PRAGMA query_only=0")
+    with captured_writes(conn, spec.service, context, "tool_call"):
+        return spec.fn(ctx, **kwargs)
+
+
+@contextlib.contextmanager
+def captured_writes(conn: apsw.Connection, service: str, context: CallContext,
+                    savepoint: str) -> Iterator[None]:
+    """Run the block in a savepoint with the session extension attached: when it ends, the
+    changeset and the ``sqlite_sequence`` rows it left are recorded in `context` (if it
+    changed anything); when it raises, all of it is rolled back and the exception goes on."""
     session = apsw.Session(conn, "main")
     session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
     session.attach()
     sequences_before = sequences(conn)
-    conn.execute("SAVEPOINT tool_call")
+    conn.execute(f"SAVEPOINT {savepoint}")
     try:
-        result = spec.fn(ctx, **kwargs)
+        yield
     except BaseException:
-        conn.execute("ROLLBACK TO tool_call")
-        conn.execute("RELEASE tool_call")
+        conn.execute(f"ROLLBACK TO {savepoint}")
+        conn.execute(f"RELEASE {savepoint}")
         session.close()
         raise
-    conn.execute("RELEASE tool_call")
+    conn.execute(f"RELEASE {savepoint}")
     changeset = session.changeset()
     session.close()
     after = sequences(conn)
     if changeset or after != sequences_before:
-        context.record(Effect(spec.service, changeset,
+        context.record(Effect(service, changeset,
                               after if after != sequences_before else None))
-    return result
 
 
 SQL_ROWS_SHOWN = 50  # rows of a query's result in the text an agent reads
@@ -172,36 +182,24 @@ def execute_sql(conn: apsw.Connection, service: str, sql: str, params: list[Any]
     refusal or an SQL error rolls the statement back and is an error result."""
     clock = context.clock
     freeze(clock.millis, clock.seed)
-    session = apsw.Session(conn, "main")
-    session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
-    session.attach()
-    sequences_before = sequences(conn)
-    conn.execute("SAVEPOINT sql_call")
+    recorded = len(context.effects)
     try:
-        with guarded(conn):
+        with captured_writes(conn, service, context, "sql_call"), guarded(conn):
             cursor = conn.execute(sql, params)
             try:
                 columns = [d[0] for d in cursor.description]
             except apsw.ExecutionCompleteError:  # a statement that returns no rows
                 columns = []
             rows = [list(row) for row in cursor]
-        refused = take_denial()
-        if refused is not None:
-            raise apsw.AuthError(refused)
+            refused = take_denial()
+            if refused is not None:  # found while rows were written, not compiled
+                raise apsw.AuthError(refused)
     except (apsw.Error, TypeError, ValueError, OverflowError) as exc:
-        conn.execute("ROLLBACK TO sql_call")
-        conn.execute("RELEASE sql_call")
-        session.close()
         reason = take_denial() or (describe_failure(exc) if isinstance(exc, apsw.Error)
                                    else str(exc))
         return ToolResult(True, f"SQL on {service!r} refused: {reason}")
-    conn.execute("RELEASE sql_call")
-    changeset = session.changeset()
-    session.close()
-    after = sequences(conn)
-    if changeset or after != sequences_before:
-        context.record(Effect(service, changeset, after if after != sequences_before else None))
-    changed = sum(1 for _ in apsw.Changeset.iter(changeset)) if changeset else 0
+    changed = sum(1 for effect in context.effects[recorded:]
+                  for _ in apsw.Changeset.iter(effect.changeset))
     shown = rows[:SQL_ROWS_SHOWN]
     text = json.dumps({"columns": columns, "rows": shown, "more_rows": len(rows) - len(shown),
                        "changed_rows": changed}, default=_shown_value)
