@@ -48,7 +48,7 @@ from typing import Any, Literal
 import msgspec
 
 from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.episodes_store import save_episode
+from envs.episodes_store import content_id, save_episode
 from envs.instance import SQL_CALL, Environment, Instance
 from gates.agents import take_step
 from gates.contract import ShellStep, ToolStep
@@ -219,7 +219,8 @@ def _attempt(ctx: Context, worlds: Worlds, env: Environment, bible: BibleOut, pl
     # Kept for whoever debugs the day (`worldctl episode list --agent synth:implement`);
     # not part of the run's outputs, since a command's output printed to the terminal
     # (not written to the world) may differ from one run to the next.
-    episode = msgspec.structs.replace(episode, episode_id=save_episode(worlds, episode))
+    episode = msgspec.structs.replace(episode, episode_id=content_id(episode))
+    save_episode(worlds, episode)
     work.episode = episode
 
     def refused(problem: str, layers: list[dict[str, str]] | None = None,
