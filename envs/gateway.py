@@ -534,7 +534,7 @@ class Gateway:
                 raise _HttpError(401, "missing or wrong bearer token "
                                       "(send 'Authorization: Bearer <token>')",
                                  [(b"www-authenticate", b'Bearer realm="agent-worlds"')])
-            if self._token is None and not _from_loopback(scope):
+            if self._token is None and not from_loopback(scope):
                 raise _HttpError(403, "without a token the gateway only answers requests "
                                       "for a loopback host from no or a loopback origin "
                                       "(DNS-rebinding and cross-site protection)")
@@ -1141,7 +1141,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _from_loopback(scope: Scope) -> bool:
+def from_loopback(scope: Scope) -> bool:
     """The Host header names a loopback address and an Origin header, if any, too: a web
     page elsewhere cannot drive a tokenless gateway through the browser."""
     headers = {bytes(k): bytes(v).decode("latin-1") for k, v in scope["headers"]}

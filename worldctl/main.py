@@ -56,6 +56,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Stored agent episodes: list, show, replay and verify them."),
     "serve": ("worldctl.envs", "serve",
               "Serve instances of the stored worlds to agents over HTTP."),
+    "ui": ("worldctl.ui", "ui_cmd",
+           "A read-only web view of the store: worlds, days, tables, files, diffs, episodes."),
     "task": ("worldctl.tasks", "task",
              "Task folders: run the quality gates, grade an episode."),
     "rollout": ("worldctl.tasks", "rollout",
