@@ -58,7 +58,7 @@ text-align:left;vertical-align:top}th{background:#eee}pre{background:#f6f6f6;pad
 overflow:auto}.nav{margin-bottom:1em}.muted{color:#777}img{max-width:100%}"""
 
 
-class HttpError(Exception):
+class _HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -84,7 +84,7 @@ class WorldsUI:
             return
         try:
             status, kind, body, extra = self.respond(scope)
-        except HttpError as exc:
+        except _HttpError as exc:
             status, kind, body, extra = exc.status, "text/html", _page(
                 "error", f"<p>error: {html.escape(str(exc))}</p>").encode(), []
         except WorldError as exc:
@@ -104,7 +104,7 @@ class WorldsUI:
         """(status, content type, body, extra headers) of one GET."""
         extra = self._check_access(scope)
         if scope["method"] not in ("GET", "HEAD"):
-            raise HttpError(405, "the UI is read-only: GET only")
+            raise _HttpError(405, "the UI is read-only: GET only")
         path = urllib.parse.unquote(scope["path"])
         query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
         parts = [p for p in path.split("/") if p]
@@ -133,12 +133,12 @@ class WorldsUI:
                               query.get("q", [""])[0])
         if parts[0] == "p" and len(parts) >= 5 and parts[3] == "f":
             return self.file(parts[1], _day(parts[2]), "/".join(parts[4:]))
-        raise HttpError(404, f"no page {'/'.join(parts)!r}")
+        raise _HttpError(404, f"no page {'/'.join(parts)!r}")
 
     def _check_access(self, scope: Scope) -> list[tuple[bytes, bytes]]:
         if self.token is None:
             if not from_loopback(scope):
-                raise HttpError(403, "without a token the UI only answers requests for a "
+                raise _HttpError(403, "without a token the UI only answers requests for a "
                                      "loopback host from no or a loopback origin")
             return []
         headers = {bytes(k).lower(): bytes(v).decode("latin-1") for k, v in scope["headers"]}
@@ -146,7 +146,7 @@ class WorldsUI:
         given = [headers.get(b"authorization", "").removeprefix("Bearer ").strip(),
                  *query.get("token", []), _cookie(headers.get(b"cookie", ""), "ui_token")]
         if not any(g and hmac.compare_digest(g.encode(), self.token.encode()) for g in given):
-            raise HttpError(401, "missing or wrong token (send 'Authorization: Bearer "
+            raise _HttpError(401, "missing or wrong token (send 'Authorization: Bearer "
                                  "<token>', or open a page with ?token=<token>)")
         cookie = f"ui_token={self.token}; HttpOnly; SameSite=Strict; Path=/"
         return [(b"set-cookie", cookie.encode())]
@@ -163,7 +163,7 @@ class WorldsUI:
     def days(self, persona: str) -> str:
         records = self.worlds.store.days(persona)
         if not records:
-            raise HttpError(404, f"no persona {persona!r} in the store")
+            raise _HttpError(404, f"no persona {persona!r} in the store")
         rows = [[_a(f"/p/{_q(persona)}/{r.day}", f"day {r.day}"), str(r.n_events),
                  r.first_ts, r.last_ts, f"<code>{r.world_hash}</code>"] for r in records]
         options = "".join(f'<option value="{html.escape(persona)}@{r.day}">day {r.day}</option>'
@@ -194,7 +194,7 @@ class WorldsUI:
         record = self.worlds.store.day(persona, day)
         found = self.worlds.manifest(record).services.get(service)
         if found is None or table not in found.tables:
-            raise HttpError(404, f"no table {service}.{table} in {persona}@{day}")
+            raise _HttpError(404, f"no table {service}.{table} in {persona}@{day}")
         with self.worlds.pinned(persona, day) as world, \
                 open_readonly(service_db(world, service)) as conn:
             columns = [str(r[1]) for r in conn.execute(
@@ -237,11 +237,11 @@ class WorldsUI:
         record = self.worlds.store.day(persona, day)
         entry = self.worlds.manifest(record).files.get(path)
         if entry is None:
-            raise HttpError(404, f"no file {path!r} in {persona}@{day}")
+            raise _HttpError(404, f"no file {path!r} in {persona}@{day}")
         with self.worlds.pinned(persona, day) as world:
             data = read_regular(world / WORKSPACE / path, limit=entry.size)
         if data is None:
-            raise HttpError(404, f"{path!r} in {persona}@{day} is not a regular file")
+            raise _HttpError(404, f"{path!r} in {persona}@{day} is not a regular file")
         kind = next((k for magic, k in IMAGE_TYPES if data.startswith(magic)), "text/plain")
         return kind, data
 
@@ -354,14 +354,14 @@ def _day(text: str) -> int:
 
 def _int(text: str, what: str) -> int:
     if not text.isdigit() or len(text) > 9 or int(text) < (1 if what == "page" else 0):
-        raise HttpError(400, f"{what} {text!r} is not a number")
+        raise _HttpError(400, f"{what} {text!r} is not a number")
     return int(text)
 
 
 def _one(query: dict[str, list[str]], name: str) -> str:
     values = query.get(name, [])
     if len(values) != 1 or not values[0]:
-        raise HttpError(400, f"give exactly one {name}= (a persona@day or a world hash)")
+        raise _HttpError(400, f"give exactly one {name}= (a persona@day or a world hash)")
     return values[0]
 
 
@@ -385,9 +385,11 @@ DEFAULT_PORT = 8790
                    "beyond loopback.")
 @click.pass_context
 def ui_cmd(ctx: click.Context, host: str, port: int, token: str | None) -> None:
-    """A read-only web view of the store for people debugging worlds: personas and their
-    days with hashes, a day's tables (rows paged and searchable) and workspace files
-    (text, images), the diff of two days, stored episodes as timelines."""
+    """A read-only web view of the store: worlds, days, tables, files, diffs, episodes.
+
+    For people debugging worlds: personas and their days with hashes, a day's tables (rows
+    paged and searchable) and workspace files (text, images), the diff of two days, stored
+    episodes as timelines."""
     try:
         import uvicorn
     except ImportError:
