@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-import uvicorn
+from asgi_server import served
 from fastmcp import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -559,55 +556,39 @@ def test_bare_names_through_the_gateway(env: Environment) -> None:
     """A gateway instance created with bare names, in meta-tool mode, through the real
     fastmcp client and the official MCP SDK client over streamable HTTP."""
     gateway = Gateway(env, max_instances=4)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(gateway, lifespan="on", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.01)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with httpx2.Client(base_url=base, timeout=30) as rest:
-            bad = rest.post("/instances", json={"world": "quirks@0", "bare_names": "yes"})
-            assert bad.status_code == 400 and "bare_names" in bad.text
-            made = rest.post("/instances", json={"world": "quirks@0", "mode": "meta",
-                                                 "bare_names": True})
-            assert made.status_code == 201, made.text
-            info = made.json()
-            assert info["bare_names"] is True and info["tools"] == 7
-            url = base + info["mcp_url"]
+    with served(gateway) as base, httpx2.Client(base_url=base, timeout=30) as rest:
+        bad = rest.post("/instances", json={"world": "quirks@0", "bare_names": "yes"})
+        assert bad.status_code == 400 and "bare_names" in bad.text
+        made = rest.post("/instances", json={"world": "quirks@0", "mode": "meta",
+                                             "bare_names": True})
+        assert made.status_code == 201, made.text
+        info = made.json()
+        assert info["bare_names"] is True and info["tools"] == 7
+        url = base + info["mcp_url"]
 
-            async def clients() -> tuple[list[str], str, list[str], str]:
-                async with Client(url, timeout=30) as client:
-                    listed = await client.call_tool("list_tools", {})
-                    names = [t["name"] for t in listed.structured_content["result"]]
-                    got = await client.call_tool("call_tool", {
-                        "tool_name": "view_article", "arguments": {"article_id": 1}})
-                async with httpx2.AsyncClient(timeout=30) as http, \
+        async def clients() -> tuple[list[str], str, list[str], str]:
+            async with Client(url, timeout=30) as client:
+                listed = await client.call_tool("list_tools", {})
+                names = [t["name"] for t in listed.structured_content["result"]]
+                got = await client.call_tool("call_tool", {
+                    "tool_name": "view_article", "arguments": {"article_id": 1}})
+            async with httpx2.AsyncClient(timeout=30) as http, \
                         streamable_http_client(url, http_client=http) as (read, write), \
                         ClientSession(read, write) as session:
-                    await session.initialize()
-                    sdk_list = await session.call_tool("list_tools", {})
-                    sdk_names = [t["name"] for t in json.loads(
-                        sdk_list.content[0].text)]  # type: ignore[union-attr]
-                    sdk_got = await session.call_tool("call_tool", {
-                        "tool_name": "view_article", "arguments": {"article_id": 1}})
-                return (names, got.content[0].text, sdk_names,
-                        sdk_got.content[0].text)  # type: ignore[union-attr]
+                await session.initialize()
+                sdk_list = await session.call_tool("list_tools", {})
+                sdk_names = [t["name"] for t in json.loads(
+                    sdk_list.content[0].text)]  # type: ignore[union-attr]
+                sdk_got = await session.call_tool("call_tool", {
+                    "tool_name": "view_article", "arguments": {"article_id": 1}})
+            return (names, got.content[0].text, sdk_names,
+                    sdk_got.content[0].text)  # type: ignore[union-attr]
 
-            names, text, sdk_names, sdk_text = asyncio.run(clients())
-            assert names == sdk_names == sorted(operation_ids(QUIRKS_CODE))
-            assert json.loads(text)["views"] == 4 and json.loads(sdk_text)["views"] == 5
-            episode = rest.get(f"/instances/{info['id']}/episode").json()
-            assert [e["tool"] for e in episode["events"] if "tool" in e] == [
-                "view_article", "view_article"]
-            closed = rest.delete(f"/instances/{info['id']}")  # stores the episode
-            assert closed.status_code == 200 and closed.json()["stored"], closed.text
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+        names, text, sdk_names, sdk_text = asyncio.run(clients())
+        assert names == sdk_names == sorted(operation_ids(QUIRKS_CODE))
+        assert json.loads(text)["views"] == 4 and json.loads(sdk_text)["views"] == 5
+        episode = rest.get(f"/instances/{info['id']}/episode").json()
+        assert [e["tool"] for e in episode["events"] if "tool" in e] == [
+            "view_article", "view_article"]
+        closed = rest.delete(f"/instances/{info['id']}")  # stores the episode
+        assert closed.status_code == 200 and closed.json()["stored"], closed.text

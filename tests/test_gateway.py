@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
 import httpx2
 import pytest
-import uvicorn
+from asgi_server import served
 from click.testing import CliRunner
 from fastmcp import Client
 from mcp import ClientSession
@@ -84,29 +81,6 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
 @pytest.fixture(scope="module")
 def env(worlds: Worlds) -> Environment:
     return Environment(worlds, apps={"notes": notes}, check_pins=False)
-
-
-@contextmanager
-def served(gateway: Gateway) -> Iterator[str]:
-    """Run `gateway` under uvicorn in a thread, on a socket bound before it starts."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(gateway, lifespan="on", log_level="warning",
-                            timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

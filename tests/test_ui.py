@@ -9,17 +9,14 @@ from __future__ import annotations
 import html
 import http.client
 import shutil
-import socket
 import subprocess
-import threading
-import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
+from asgi_server import served
 
 from envs.episodes_store import save_episode
 from envs.instance import Environment
@@ -33,23 +30,9 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08
 
 
 @contextmanager
-def served(app: WorldsUI) -> Iterator[int]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the UI did not start"
-        time.sleep(0.01)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+def on_port(app: WorldsUI) -> Iterator[int]:
+    with served(app) as base:
+        yield int(base.rsplit(":", 1)[1])
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +61,7 @@ def get(port: int, path: str, headers: dict[str, str] | None = None
 
 def test_the_pages_show_the_store(store: tuple[Worlds, str]) -> None:
     worlds, episode_id = store
-    with served(WorldsUI(worlds)) as port:
+    with on_port(WorldsUI(worlds)) as port:
         status, kind, body, headers = get(port, "/")
         assert (status, kind) == (200, "text/html; charset=utf-8")
         assert b'href="/p/lars"' in body and b"<script" not in body.lower()
@@ -123,7 +106,7 @@ def test_paging_and_images(store: tuple[Worlds, str], tmp_path: Path) -> None:
     image = (b'{"persona":"pager","day":0,"ts":"2026-01-01T00:00:02Z","type":"file_write",'
              b'"path":"photos/dot.png","base64":"' + base64.b64encode(PNG) + b'"}\n')
     worlds.import_stream(io.BytesIO(setup + lines + image), source="<pager>")
-    with served(WorldsUI(worlds)) as port:
+    with on_port(WorldsUI(worlds)) as port:
         first = get(port, "/p/pager/0/t/s/t")[2].decode()
         assert "120 rows; page 1 of 3" in first and "row 49" in first
         assert "row 50" not in first and 'href="/p/pager/0/t/s/t?page=3"' in first
@@ -150,7 +133,7 @@ def test_paging_and_images(store: tuple[Worlds, str], tmp_path: Path) -> None:
 def test_refusals_are_one_error_line(store: tuple[Worlds, str], path: str, status: int,
                                      says: str) -> None:
     worlds, _ = store
-    with served(WorldsUI(worlds)) as port:
+    with on_port(WorldsUI(worlds)) as port:
         got, _, body, _ = get(port, path)
     assert got == status, body
     assert "<p>error: " in body.decode() and says in html.unescape(body.decode())
@@ -159,10 +142,10 @@ def test_refusals_are_one_error_line(store: tuple[Worlds, str], path: str, statu
 def test_loopback_only_without_a_token_and_the_token_when_given(
         store: tuple[Worlds, str]) -> None:
     worlds, _ = store
-    with served(WorldsUI(worlds)) as port:
+    with on_port(WorldsUI(worlds)) as port:
         assert get(port, "/", {"Host": "example.com"})[0] == 403
         assert get(port, "/", {"Origin": "http://evil.test"})[0] == 403
-    with served(WorldsUI(worlds, token="s3cret")) as port:
+    with on_port(WorldsUI(worlds, token="s3cret")) as port:
         assert get(port, "/")[0] == 401
         assert get(port, "/", {"Authorization": "Bearer wrong"})[0] == 401
         assert get(port, "/", {"Authorization": "Bearer s3cret"})[0] == 200
@@ -186,7 +169,7 @@ def test_headless_chromium_renders_the_main_pages(store: tuple[Worlds, str], tmp
     shot = tmp_path / "page.png"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"]
-    with served(WorldsUI(worlds)) as port:
+    with on_port(WorldsUI(worlds)) as port:
         url = f"http://127.0.0.1:{port}{urllib.parse.quote(path, safe='/?=&@')}"
         subprocess.run([CHROMIUM, *flags, "--window-size=1280,900", f"--screenshot={shot}",
                         url], capture_output=True, timeout=120, check=False)
