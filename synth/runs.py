@@ -402,8 +402,7 @@ def synth_day(folder: Path, settings: Settings, persona: str, day: int,
     """``synth day``: day `day` of `persona`'s world, planned when it has no plan yet, then
     implemented by the coding agent, validated and stored (``synth.implement``). Day 0,
     the world's set-up, is stored first when the store has no day of the persona."""
-    _, ctx = open_run(folder, settings)
-    if not ctx.client.configured:
+    if settings.model is None:  # said before anything is checked or written
         return {"status": NOT_RUN_NO_MODEL}
     _bible(folder, persona)
     if day < 1:
@@ -417,6 +416,7 @@ def synth_day(folder: Path, settings: Settings, persona: str, day: int,
         raise SynthError(f"{persona}: day {day} comes after day {day - 1}, but the store's "
                          f"last day of {persona} is "
                          f"{last if last is not None else 'none (make day 1 first)'}")
+    _, ctx = open_run(folder, settings)  # checks the run's configuration, first write
     open_worlds().close()  # the store is made, or refused, before any model call
     if last is None:
         setup = Command("setup", {"persona": persona})
@@ -435,8 +435,7 @@ def synth_world(folder: Path, settings: Settings, persona: str, to_day: int,
                 open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
     """``synth world``: every day of `persona` up to `to_day` the store lacks, in order,
     stopping at the first that is not stored."""
-    _, ctx = open_run(folder, settings)
-    if not ctx.client.configured:
+    if settings.model is None:  # said before anything is checked or written
         return {"status": NOT_RUN_NO_MODEL}
     _bible(folder, persona)
     if to_day < 1:
@@ -529,8 +528,7 @@ def synth_tasks(folder: Path, settings: Settings, persona: str, days: list[int],
     """``synth tasks``: `count` tasks per slot (a day and a difficulty) on `persona`'s
     world, through proposal, the diversity gate, ensemble rollouts and the five gates with
     revisions (``synth.tasks``); accepted ones into the run's pack."""
-    _, ctx = open_run(folder, settings)
-    if not ctx.client.configured:
+    if settings.model is None:  # said before anything is checked or written
         return {"status": NOT_RUN_NO_MODEL}
     _bible(folder, persona)
     if len(difficulties) == 1:
@@ -548,6 +546,7 @@ def synth_tasks(folder: Path, settings: Settings, persona: str, days: list[int],
                          f"`worldctl synth world {persona} --to-day {max(days)}`)")
     if count < 1 or parallel < 1:
         raise SynthError("--count and --parallel are at least 1")
+    _, ctx = open_run(folder, settings)  # checks the run's configuration, first write
     config = read_config(folder)
     command = Command("tasks", {
         "persona": persona, "days": days, "difficulties": difficulties, "count": count,

@@ -290,6 +290,11 @@ def test_refusals(made: tuple[Path, Path, Any]) -> None:
     no_model = invoke("--store", str(store), "synth", "world", "astrid", "--to-day", "3",
                       "--run", str(run.parent / "fresh-run"))
     assert no_model.exit_code == 1 and "not run: no model configured" in no_model.stdout
+    fresh = run.parent / "refused-run"
+    assert "'nobody' is not an accepted persona" in refused(invoke(
+        "--store", str(store), "synth", "world", "nobody", "--to-day", "1", "--run",
+        str(fresh), "--model", MODEL))
+    assert not fresh.exists()  # a refusal writes no run folder
 
 
 def test_the_skill_library_learns_from_day_1_and_day_2_is_given_it(

@@ -40,7 +40,7 @@ from replay.engine import Worlds
 from replay.files import read_regular
 from replay.layout import WORKSPACE, service_db
 from replay.sqlite import open_readonly, quote_ident
-from worldstore.errors import NotFoundError, WorldError
+from worldstore.errors import ConfigError, NotFoundError, WorldError
 from worldstore.names import check_relpath
 
 Scope = dict[str, Any]
@@ -395,11 +395,14 @@ def ui_cmd(ctx: click.Context, host: str, port: int, token: str | None) -> None:
     except ImportError:
         raise click.ClickException("worldctl ui needs uvicorn: pip install "
                                    "'agent-worlds[envs]'") from None
-    from envs.gateway import check_bind
+    from envs.gateway import is_loopback
     from worldctl.envs import check_port_free
     from worldctl.session import worlds
 
-    check_bind(host, token)
+    if not is_loopback(host) and not (token and token.strip()):
+        raise ConfigError(f"refusing to serve the UI on {host!r} without a token: anyone who "
+                          "can reach it could read every world; set one (--token or "
+                          "WORLDCTL_UI_TOKEN) or bind to 127.0.0.1")
     check_port_free(host, port)
     click.echo(f"worldctl ui: http://{host}:{port}/" + ("?token=..." if token else ""))
     config = uvicorn.Config(WorldsUI(worlds(ctx), token=token), host=host, port=port,
