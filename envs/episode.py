@@ -1,7 +1,8 @@
 """Episodes: everything an instance did, as events on top of its snapshot.
 
 An episode starts at a snapshot (its world hash). Every tool call appends a ``ToolCall``
-record (tool, arguments, response); every shell command a ``ShellCall``. Calls that change
+record (tool, arguments, response); every shell command a ``ShellCall``; every GUI action
+in the instance's browser a ``GuiCall`` (with its screenshot's digest). Calls that change
 state are followed by their effects: ``DbChange`` (the SQLite session extension's
 changeset of one service, plus its ``sqlite_sequence`` rows when they moved) and
 ``FileChange`` (a workspace file written or deleted). Replaying the effects, in order, onto
@@ -48,6 +49,32 @@ class ShellCall(_Event, tag="shell_call", frozen=True, omit_defaults=True):
     refused: str | None = None
 
 
+class FormSubmission(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A form a GUI action submitted: the tool it ran, with which arguments, and whether
+    the tool refused (its error text then)."""
+
+    tool: str
+    arguments: dict[str, object]
+    is_error: bool = False
+    text: str = ""
+
+
+class GuiCall(_Event, tag="gui_call", frozen=True, omit_defaults=True):
+    """One GUI action in the instance's browser (``envs.gui``): what the agent did, what it
+    was told, the page it ended on and the digest of the screenshot taken after it. A form
+    the action submitted ran its service's tool under this call's clock: its writes follow
+    as ``DbChange`` events of this call's index, and ``forms`` names the tools they ran."""
+
+    ts: str
+    action: str  # open, click, type, key, scroll, screenshot, read, request
+    arguments: dict[str, object]
+    is_error: bool
+    text: str
+    url: str | None = None
+    screenshot: str | None = None  # digest of the PNG (kept in Episode.screenshots)
+    forms: list[FormSubmission] = []
+
+
 class DbChange(_Event, tag="db_change", frozen=True):
     service: str
     changeset: bytes
@@ -60,7 +87,8 @@ class FileChange(_Event, tag="file_change", frozen=True):
     link: str | None = None  # symlink target, for symlinks
 
 
-EpisodeEvent = ToolCall | ShellCall | DbChange | FileChange
+EpisodeEvent = ToolCall | ShellCall | GuiCall | DbChange | FileChange
+Call = ToolCall | ShellCall | GuiCall
 
 
 class Episode(msgspec.Struct, kw_only=True):
@@ -73,10 +101,13 @@ class Episode(msgspec.Struct, kw_only=True):
     answer: str | None = None  # the agent's final answer, when it gave one (for verifiers)
     task: str | None = None  # the task a rollout ran it for (its task_id), if any
     agent: str | None = None  # the agent that ran it (e.g. "scripted:reference"), if known
+    # The PNG screenshots of GUI calls by digest (GuiCall.screenshot); not part of the
+    # episode's content id: a screenshot is what the agent saw, its digest is recorded.
+    screenshots: dict[str, bytes] = msgspec.field(default_factory=dict)
 
     @property
-    def calls(self) -> list[ToolCall | ShellCall]:
-        return [e for e in self.events if isinstance(e, ToolCall | ShellCall)]
+    def calls(self) -> list[Call]:
+        return [e for e in self.events if isinstance(e, ToolCall | ShellCall | GuiCall)]
 
     def to_json(self) -> bytes:
         return msgspec.json.encode(self)

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING
 import apsw
 import msgspec
 
-from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall, apply_effects
+from envs.episode import (
+    Call,
+    DbChange,
+    Episode,
+    FileChange,
+    GuiCall,
+    ShellCall,
+    ToolCall,
+    apply_effects,
+)
 from replay.errors import IntegrityError
 from worldstore.canonical import digest_of
 from worldstore.errors import WorldError
@@ -155,12 +164,29 @@ def _disagreements(record: EpisodeRecord, episode: Episode) -> str:
 # --- summaries (what `worldctl episode show|list` print) ------------------------------------
 
 
-def call_failed(call: ToolCall | ShellCall) -> bool:
-    """What counts as a failed call: a tool call whose result is an error; a shell command
-    that timed out or exited non-zero."""
-    if isinstance(call, ToolCall):
+def call_failed(call: Call) -> bool:
+    """What counts as a failed call: a tool call or GUI action whose result is an error; a
+    shell command that timed out or exited non-zero."""
+    if isinstance(call, ToolCall | GuiCall):
         return call.is_error
     return call.timed_out or call.exit_code != 0
+
+
+def call_name(call: Call) -> str:
+    """How a call is shown: the tool's name, ``$ COMMAND``, or ``gui_ACTION ARGUMENTS``."""
+    if isinstance(call, ToolCall):
+        return call.tool
+    if isinstance(call, ShellCall):
+        return f"$ {call.command}"
+    shown = " ".join(f"{k}={v!r}" for k, v in call.arguments.items())
+    return f"gui_{call.action}" + (f" {shown}" if shown else "")
+
+
+def call_response(call: Call) -> str:
+    """What the call answered: a tool's or GUI action's text, a command's output."""
+    if isinstance(call, ShellCall):
+        return call.stdout or call.stderr
+    return call.text
 
 
 @dataclass(frozen=True)
@@ -170,7 +196,7 @@ class CallSummary:
 
     index: int
     ts: str
-    call: str  # the tool's name, or "$ COMMAND"
+    call: str  # the tool's name, "$ COMMAND" or "gui_ACTION ARGUMENTS"
     failed: bool
     effects: tuple[str, ...]
     response: str
@@ -208,10 +234,8 @@ def summarize_episode(record: EpisodeRecord) -> EpisodeSummary:
         elif isinstance(event, FileChange):
             effects.setdefault(event.index, []).append(f"file {event.path}")
     calls = tuple(
-        CallSummary(index=c.index, ts=c.ts,
-                    call=c.tool if isinstance(c, ToolCall) else f"$ {c.command}",
-                    failed=call_failed(c), effects=tuple(effects.get(c.index, [])),
-                    response=c.text if isinstance(c, ToolCall) else (c.stdout or c.stderr))
+        CallSummary(index=c.index, ts=c.ts, call=call_name(c), failed=call_failed(c),
+                    effects=tuple(effects.get(c.index, [])), response=call_response(c))
         for c in episode.calls)
     return EpisodeSummary(
         episode_id=record.episode_id, persona=episode.persona, day=episode.day,

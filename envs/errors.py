@@ -43,3 +43,7 @@ class WorkerError(WorldError):
 
 class GatewayError(WorldError):
     """The gateway refuses a configuration (an open bind without a token, bad limits)."""
+
+
+class BrowserError(WorldError):
+    """The instances' browser could not start, stopped, or did not answer in time."""

@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import os
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ import msgspec
 
 from envs.app import App, ToolSpec
 from envs.apps import SHIPPED
+from envs.browser import Browser, Intercepted, Served, shared_browser
 from envs.contract import CallClock, CallContext, ToolInfo, ToolResult
 from envs.dispatch import (
     CompiledTool,
@@ -40,9 +42,20 @@ from envs.dispatch import (
     open_tool_db,
     tool_failure,
 )
-from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.errors import AppLoadError, AppPinError, InstanceClosed, SandboxError
+from envs.episode import (
+    DbChange,
+    Episode,
+    FileChange,
+    FormSubmission,
+    GuiCall,
+    ShellCall,
+    ToolCall,
+)
+from envs.errors import AppLoadError, AppPinError, InstanceClosed, SandboxError, ToolError
+from envs.gui import GuiSession
 from envs.sandbox import default_sandbox, run_sandboxed
+from envs.site import PageRequest, PageResponse, Site, serve
+from envs.sites import SHIPPED_SITES
 from envs.worker_pool import RemoteApp, RemoteTool, WorkerLimits, WorkerPool
 from envs.workspace import (
     Content,
@@ -54,14 +67,15 @@ from envs.workspace import (
 from replay.diff import WorldDiff
 from replay.engine import Worlds
 from replay.files import read_regular
-from replay.layout import WORKSPACE, iter_apps, service_db
+from replay.layout import WORKSPACE, iter_apps, service_db, workspace_path
 from replay.mount import Mount
 from worldstore.canonical import digest_of
-from worldstore.errors import InputError
-from worldstore.names import ts_millis, ts_problem
+from worldstore.errors import InputError, PathError
+from worldstore.names import check_relpath, ts_millis, ts_problem
 from worldstore.store import DayRecord
 
-__all__ = ["Environment", "Instance", "ToolInfo", "ToolResult", "WorkspaceLimits", "read_pins"]
+__all__ = ["Environment", "GuiResult", "Instance", "ToolInfo", "ToolResult", "WorkspaceLimits",
+           "read_pins"]
 
 # Keyed by the identity of the App objects (kept alive by the entry, so ids stay unique).
 _TABLES: dict[tuple[int, ...], tuple[tuple[App | RemoteApp, ...], _ToolTable]] = {}
@@ -131,7 +145,9 @@ class Environment:
                  check_pins: bool = True, lazy: bool = True,
                  workspace_limits: WorkspaceLimits | None = None,
                  bare_names: bool = False, worker_limits: WorkerLimits | None = None,
-                 workers: WorkerPool | None = None) -> None:
+                 workers: WorkerPool | None = None, sites: dict[str, Site] | None = None,
+                 browser: Callable[[], Browser] | None = None,
+                 keep_screenshots: bool = True) -> None:
         """`apps` defaults to the shipped apps. With ``check_pins=False`` the world's app
         pins are ignored and `apps` serve its services by name (for testing other code
         against a world; never for training data). Instances are lazy mounts by default:
@@ -145,7 +161,11 @@ class Environment:
         sandboxed workers of carried apps (``envs.worker_pool.WorkerLimits`` by default).
         `workers`: a pool of carried-app workers shared with other environments (whose
         worlds share this one's snapshot cache, so the same code's worker serves them
-        all); the caller closes it, ``close`` does not."""
+        all); the caller closes it, ``close`` does not. `sites` are the web pages of the
+        services (``envs.sites.SHIPPED_SITES`` by default); `browser` gives the browser GUI
+        actions run in (the process's shared one by default, started on the first GUI
+        action); with ``keep_screenshots=False`` episodes keep only the screenshots'
+        digests."""
         self.worlds = worlds
         self.bare_names = bare_names
         self.workspace_limits = workspace_limits or WorkspaceLimits()
@@ -157,6 +177,9 @@ class Environment:
         self._pool: WorkerPool | None = workers
         self._owns_pool = workers is None
         self.worker_limits = worker_limits
+        self.sites = dict(SHIPPED_SITES if sites is None else sites)
+        self.browser = browser or shared_browser
+        self.keep_screenshots = keep_screenshots
 
     def close(self) -> None:
         """Stop the sandboxed workers of carried apps (instances stay usable for shipped
@@ -184,12 +207,18 @@ class Environment:
             mount.close()
             raise
         try:
-            return Instance(mount, record, apps, instance_id=f"i{next(self._ids)}",
-                            workspace_limits=self.workspace_limits,
-                            bare_names=self.bare_names if bare_names is None else bare_names)
+            instance = Instance(mount, record, apps, instance_id=f"i{next(self._ids)}",
+                                workspace_limits=self.workspace_limits,
+                                bare_names=self.bare_names if bare_names is None
+                                else bare_names)
         except AppPinError:
             mount.close()
             raise
+        instance.sites = {service: site for service, site in sorted(self.sites.items())
+                          if service in mount.manifest.services}
+        instance.browser = self.browser
+        instance.keep_screenshots = self.keep_screenshots
+        return instance
 
     def _apps_for(self, mount: Mount) -> list[App | RemoteApp]:
         """The apps serving a world's services. A service the world pins must be served by
@@ -259,6 +288,12 @@ class Instance:
         self._lock = threading.RLock()
         self._closed = False
         self._episode_count = 0
+        # The web pages and the browser (set by Environment.open; none for a bare Instance).
+        self.sites: dict[str, Site] = {}
+        self.browser: Callable[[], Browser] = shared_browser
+        self.keep_screenshots = True
+        self._gui: GuiSession | None = None
+        self._page_call: _PageCall | None = None
         self._new_episode()
 
     # --- the agent's surface -------------------------------------------------------
@@ -358,6 +393,132 @@ class Instance:
                 for c in checked.changes)
         return call
 
+    # --- the web pages and the browser (envs.site, envs.gui) ----------------------------
+
+    def page(self, method: str, target: str, body: bytes = b"") -> PageResponse:
+        """One request of the instance's web pages (``/shop/products?q=x``; a form's body
+        as ``application/x-www-form-urlencoded``), recorded in the episode as a GUI call
+        ``request``: a form's tool runs under its clock and its writes join the episode."""
+        index = self._next_gui_call()
+        context = CallContext(self._clock(index))
+        request = PageRequest.of(method, target, body)
+        self._page_call = _PageCall(context, [])
+        try:
+            response = serve(self.sites, self, request, context.clock.now)
+        finally:
+            call, self._page_call = self._page_call, None
+        arguments: dict[str, object] = {"method": request.method, "target": target}
+        if request.form:
+            arguments["form"] = dict(request.form)
+        text = f"{response.status} {response.content_type}" + (
+            f" -> {response.location}" if response.location else "")
+        self._record_gui(call, GuiCall(
+            index=index, ts=context.clock.now, action="request", arguments=arguments,
+            is_error=response.status >= 400, text=text, url=request.path,
+            forms=call.forms))
+        return response
+
+    def gui(self, action: str, arguments: dict[str, Any] | None = None) -> GuiResult:
+        """One GUI action in the instance's browser page (``envs.gui``: open, screenshot,
+        click, type, key, scroll, read), recorded as a ``GuiCall`` with the digest of the
+        screenshot after it. A bad action is an error result, never an exception; the
+        browser starts with the first action."""
+        index = self._next_gui_call()
+        context = CallContext(self._clock(index))
+        arguments = dict(arguments or {})
+        if self._gui is None:
+            self._gui = GuiSession(self.browser, self._serve_intercepted)
+        self._page_call = _PageCall(context, [])
+        try:
+            outcome = self._gui.act(action, arguments)
+        finally:
+            call, self._page_call = self._page_call, None
+        text = outcome.text + "".join(f"\nthe form was refused: {form.text}"
+                                      for form in call.forms if form.is_error)
+        self._record_gui(call, GuiCall(
+            index=index, ts=context.clock.now, action=action, arguments=arguments,
+            is_error=outcome.is_error, text=text, url=outcome.url,
+            screenshot=outcome.screenshot, forms=call.forms))
+        if outcome.png is not None and outcome.screenshot is not None and self.keep_screenshots:
+            self.episode.screenshots[outcome.screenshot] = outcome.png
+        return GuiResult(outcome.is_error, text, outcome.png, outcome.url, outcome.screenshot)
+
+    def _next_gui_call(self) -> int:
+        self._check_open()
+        return self._next_call()
+
+    def _record_gui(self, call: _PageCall, record: GuiCall) -> None:
+        self.episode.events.append(record)
+        self.episode.events.extend(
+            DbChange(index=record.index, service=e.service, changeset=e.changeset,
+                     sequences=e.sequences) for e in call.context.effects)
+
+    def _serve_intercepted(self, request: Intercepted) -> Served:
+        """A request the browser page made, served by this instance's pages (it runs in
+        the thread of the GUI action that caused it)."""
+        call = self._page_call
+        if call is None:  # nothing of ours is running: nothing may change the world
+            return Served(0, [], b"")
+        response = serve(self.sites, self, PageRequest.of(request.method, request.url,
+                                                          request.body),
+                         call.context.clock.now)
+        return Served(response.status, response.headers(), response.body)
+
+    # SiteHost: what the pages read and the forms call.
+
+    def site_rows(self, service: str, sql: str, params: Sequence[Any] | Mapping[str, Any]
+                  ) -> list[dict[str, Any]]:
+        if service not in self.mount.manifest.services:
+            raise ToolError(f"no service {service!r} in this world")
+        conn = self._connection(service, writes=False)
+        saved = conn.authorizer
+        conn.authorizer = _reads_only
+        try:
+            cursor = conn.execute(sql, params)
+            try:
+                names = [d[0] for d in cursor.getdescription()]
+            except apsw.ExecutionCompleteError:
+                return []
+            return [dict(zip(names, row, strict=True)) for row in cursor]
+        except apsw.AuthError:
+            raise ToolError("a page only reads its databases") from None
+        finally:
+            conn.authorizer = saved
+
+    def site_file(self, path: str) -> bytes | None:
+        try:
+            check_relpath(path)
+        except PathError:
+            return None
+        for event in reversed(self.episode.events):
+            if isinstance(event, FileChange) and event.path == path:
+                return event.data
+        try:
+            source = workspace_path(self.mount.snapshot, path)  # no symlink on the way
+            return read_regular(source, limit=self.workspace_limits.max_file_bytes)
+        except (OSError, PathError):
+            return None
+
+    def site_call(self, service: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        call = self._page_call
+        if call is None:
+            raise ToolError("a form's tool runs only within a GUI call")
+        found = next((t for t in self._tools.values()
+                      if t.spec.service == service and t.spec.name == tool), None)
+        if found is None:
+            result = ToolResult(True, f"the site's form calls {service}.{tool}, which no "
+                                      "app of this world serves")
+        elif isinstance(found, CompiledTool):
+            spec = found.spec
+            result = found.call(lambda: self._connection(spec.service, writes=spec.writes),
+                                dict(arguments), call.context)
+        else:
+            result = self._run_in_worker(found, dict(arguments), call.context)
+        call.forms.append(FormSubmission(tool=found.info.name if found else tool,
+                                         arguments=dict(arguments), is_error=result.is_error,
+                                         text=result.text if result.is_error else ""))
+        return result
+
     def _workspace_before(self, workspace: Path) -> WorkspaceState:
         """The workspace as the last call left it (scanned once, then carried along)."""
         if self._workspace is None:
@@ -394,6 +555,7 @@ class Instance:
         """Back to the snapshot (same hash), with a fresh episode and clock."""
         self._check_open()
         with self._lock:
+            self._close_gui()
             self._close_connections()
             self.mount.reset()
             self._workspace = None
@@ -413,6 +575,7 @@ class Instance:
         """Delete the instance; safe to call twice."""
         if not self._closed:
             self._closed = True
+            self._close_gui()
             self._close_connections()
             self.mount.close()
 
@@ -492,6 +655,11 @@ class Instance:
         self._conns[service] = (conn, writable)
         return conn
 
+    def _close_gui(self) -> None:
+        gui, self._gui = self._gui, None
+        if gui is not None:
+            gui.close()
+
     def _close_connections(self) -> None:
         conns, self._conns = self._conns, {}
         for conn, _writable in conns.values():
@@ -525,6 +693,33 @@ class Instance:
 def _iso(millis: int) -> str:
     """The whole-second timestamp of `millis` since the epoch (no time zone involved)."""
     return datetime.fromtimestamp(millis // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True, slots=True)
+class GuiResult:
+    """What a GUI action shows the agent: text, and the screenshot after it (PNG)."""
+
+    is_error: bool
+    text: str
+    image: bytes | None
+    url: str | None
+    screenshot: str | None = None  # the image's digest
+
+
+@dataclass(frozen=True, slots=True)
+class _PageCall:
+    """A GUI call in progress: its clock and effects, and the forms it submitted."""
+
+    context: CallContext
+    forms: list[FormSubmission]
+
+
+_READS = frozenset({apsw.SQLITE_SELECT, apsw.SQLITE_READ, apsw.SQLITE_FUNCTION,
+                    apsw.SQLITE_RECURSIVE})
+
+
+def _reads_only(operation: int, *_args: object) -> int:
+    return apsw.SQLITE_OK if operation in _READS else apsw.SQLITE_DENY
 
 
 @dataclass(frozen=True, slots=True)

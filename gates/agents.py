@@ -13,7 +13,15 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from envs.instance import Instance
-from gates.contract import AnswerStep, ShellStep, Step, ToolStep, Trajectory, TurnRecord
+from gates.contract import (
+    AnswerStep,
+    GuiStep,
+    ShellStep,
+    Step,
+    ToolStep,
+    Trajectory,
+    TurnRecord,
+)
 from gates.task import Task, step_interface
 from worldstore.errors import ConfigError
 
@@ -39,6 +47,11 @@ def take_step(instance: Instance, index: int, step: Step, reasoning: str = "") -
             observation += f"\n[exit {call.exit_code}]"
         return TurnRecord(index=index, step=step, observation=observation,
                           is_error=call.exit_code != 0, reasoning=reasoning)
+    if isinstance(step, GuiStep):
+        done = instance.gui(step.action, dict(step.arguments))
+        return TurnRecord(index=index, step=step, observation=done.text,
+                          is_error=done.is_error, reasoning=reasoning,
+                          screenshot=done.screenshot)
     return TurnRecord(index=index, step=step, observation="", reasoning=reasoning)
 
 
@@ -85,14 +98,16 @@ def first_k_agent(k: int | None = None) -> ScriptedAgent:
 
 
 def shortcut_agent() -> ScriptedAgent:
-    """The plausible shortcut: the reference solution without its shell steps when it has
-    any (answer from the tools alone, leave the workspace untouched), otherwise without
-    its writing tool calls' second half; it still claims the reference answer."""
+    """The plausible shortcut: the reference solution without its GUI steps when it has
+    any (skip looking), else without its shell steps when it has any (answer from the tools
+    alone, leave the workspace untouched), otherwise without its writing tool calls' second
+    half; it still claims the reference answer."""
 
     def choose(task: Task) -> list[Step]:
         steps = list(task.solution.steps)
-        if any(isinstance(s, ShellStep) for s in steps):
-            return [s for s in steps if not isinstance(s, ShellStep)]
+        for skipped in (GuiStep, ShellStep):
+            if any(isinstance(s, skipped) for s in steps):
+                return [s for s in steps if not isinstance(s, skipped)]
         actions = [s for s in steps if not isinstance(s, AnswerStep)]
         return [*actions[: max(0, len(actions) - 1)], *_answers(task)]
 

@@ -65,6 +65,16 @@ class ShellStep(msgspec.Struct, frozen=True, tag="shell", tag_field="kind",
     command: str
 
 
+class GuiStep(msgspec.Struct, frozen=True, tag="gui", tag_field="kind",
+              forbid_unknown_fields=True):
+    """A GUI action in the instance's browser (``envs.gui``): ``action`` is one of open,
+    screenshot, click, type, key, scroll, read; ``arguments`` those of its ``gui_`` tool
+    (``{"url": "/shop/"}``, ``{"name": "Add to cart", "role": "button"}``)."""
+
+    action: str
+    arguments: dict[str, Any] = {}
+
+
 class AnswerStep(msgspec.Struct, frozen=True, tag="answer", tag_field="kind",
                  forbid_unknown_fields=True):
     """The agent's final answer (ends the rollout)."""
@@ -72,7 +82,7 @@ class AnswerStep(msgspec.Struct, frozen=True, tag="answer", tag_field="kind",
     text: str
 
 
-Step = ToolStep | ShellStep | AnswerStep
+Step = ToolStep | ShellStep | GuiStep | AnswerStep
 
 
 class Solution(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -149,6 +159,7 @@ class TurnRecord(msgspec.Struct, frozen=True):
     observation: str
     is_error: bool = False
     reasoning: str = ""
+    screenshot: str | None = None  # a GUI step's screenshot digest (Episode.screenshots)
 
 
 class Trajectory(msgspec.Struct):

@@ -36,6 +36,7 @@ import msgspec
 from gates.contract import (
     JUDGE_CLASSES,
     AnswerStep,
+    GuiStep,
     JudgeClass,
     Judgement,
     Rollout,
@@ -457,6 +458,8 @@ def render_trajectory(trajectory: Trajectory) -> str:
             action = f"mcp {step.tool} {json.dumps(step.arguments, sort_keys=True)}"
         elif isinstance(step, ShellStep):
             action = f"shell {step.command!r}"
+        elif isinstance(step, GuiStep):
+            action = f"gui_{step.action} {json.dumps(step.arguments, sort_keys=True)}"
         else:
             lines.append(f"{turn.index}. answer: {step.text!r}")
             continue

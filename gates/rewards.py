@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from gates.contract import (
     AnswerStep,
+    GuiStep,
     JudgeClass,
     Judgement,
     Rollout,
@@ -383,8 +384,9 @@ def awm_steps(trajectory: Trajectory) -> list[AwmStep]:
         step = turn.step
         if isinstance(step, AnswerStep):
             steps.append(AwmStep(turn.reasoning, None))
-        elif isinstance(step, ShellStep):
-            raise RewardError(f"turn {turn.index} is a shell step; AWM rollouts only call tools")
+        elif isinstance(step, ShellStep | GuiStep):
+            kind = "a shell" if isinstance(step, ShellStep) else "a GUI"
+            raise RewardError(f"turn {turn.index} is {kind} step; AWM rollouts only call tools")
         else:
             name, arguments = _awm_call(turn.index, step)
             steps.append(AwmStep(turn.reasoning, name, arguments, turn.is_error))

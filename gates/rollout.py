@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from envs.episode import Episode, ShellCall, ToolCall, apply_effects
+from envs.episode import Episode, GuiCall, ShellCall, ToolCall, apply_effects
 from envs.episodes_store import load_episode, save_episode
 from envs.instance import Environment, Instance
 from gates.agents import Agent, parse_agent_spec, scripted
@@ -100,13 +100,16 @@ def _task_record(worlds: Worlds, task: Task) -> DayRecord:
 
 def interfaces_used(episode: Episode) -> list[Interface]:
     """The interfaces the episode used successfully: a tool call that was not an error
-    result (mcp), a shell command that exited 0 (shell)."""
+    result (mcp), a shell command that exited 0 (shell), a GUI action that was not an
+    error result (gui)."""
     used: set[Interface] = set()
     for event in episode.events:
         if isinstance(event, ToolCall) and not event.is_error:
             used.add("mcp")
         elif isinstance(event, ShellCall) and event.exit_code == 0:
             used.add("shell")
+        elif isinstance(event, GuiCall) and not event.is_error:
+            used.add("gui")
     return sorted(used)
 
 

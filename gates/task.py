@@ -25,9 +25,11 @@ from typing import TypeVar
 from gates.contract import (
     AnswerStep,
     Artifact,
+    GuiStep,
     Interface,
     ShellStep,
     Solution,
+    Step,
     TaskSpec,
     ToolStep,
 )
@@ -96,11 +98,13 @@ def load_task(path: str | Path) -> Task:
                 solution=solution)
 
 
-def step_interface(step: ToolStep | ShellStep | AnswerStep) -> Interface | None:
+def step_interface(step: Step) -> Interface | None:
     if isinstance(step, ToolStep):
         return "mcp"
     if isinstance(step, ShellStep):
         return "shell"
+    if isinstance(step, GuiStep):
+        return "gui"
     return None
 
 
@@ -186,7 +190,7 @@ def _check_solution(file: Path, solution: Solution, spec: TaskSpec) -> None:
             raise TaskError(f"uses interface {interface!r}, which the task does not declare",
                             file=str(file), field=f"steps[{i}]")
     used = {step_interface(s) for s in solution.steps}
-    missing = sorted(i for i in spec.interfaces if i not in used and i != "gui")
+    missing = sorted(i for i in spec.interfaces if i not in used)
     if missing:
         raise TaskError(f"never uses the declared interface(s) {missing}", file=str(file),
                         field="steps")

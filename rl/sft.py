@@ -35,7 +35,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envs.episode import ShellCall, ToolCall
+from envs.episode import GuiCall, ShellCall, ToolCall
 from envs.episodes_store import list_episodes, load_episode
 from envs.instance import Environment
 from gates.llm_agent import ANSWER, ANSWER_TOOL, OBSERVATION_LIMIT, SHELL, SHELL_TOOL
@@ -69,9 +69,9 @@ def episode_messages(task: Task, episode: Episode) -> list[dict[str, Any]]:
                                       for m in prompt_messages(task, "tools")]
     for i, call in enumerate(episode.calls):
         call_id = f"call_{i}"
-        if isinstance(call, ToolCall):
-            name, arguments = call.tool, dict(call.arguments)
-            observation, is_error = call.text, call.is_error
+        if isinstance(call, ToolCall | GuiCall):
+            name = call.tool if isinstance(call, ToolCall) else f"gui_{call.action}"
+            arguments, observation, is_error = dict(call.arguments), call.text, call.is_error
         else:
             name, arguments = SHELL, {"command": call.command}
             observation, is_error = _shell_observation(call), call.exit_code != 0

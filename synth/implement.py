@@ -47,7 +47,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
+from envs.episode import Call, DbChange, Episode, FileChange, GuiCall, ShellCall
 from envs.episodes_store import content_id, save_episode
 from envs.instance import SQL_CALL, Environment, Instance
 from gates.agents import take_step
@@ -435,6 +435,8 @@ def _reexecution_difference(env: Environment, ref: str, episode: Episode,
             again.set_clock(call.ts)
             if isinstance(call, ShellCall):
                 again.shell(call.command, env=REEXECUTION_ENV)
+            elif isinstance(call, GuiCall):
+                again.gui(call.action, dict(call.arguments))
             elif call.tool == SQL_CALL:
                 args = call.arguments
                 params = args.get("params")
@@ -473,10 +475,12 @@ def _what_differs(a: list[tuple[str, str, bytes | None]],
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def _call_text(call: ToolCall | ShellCall) -> str:
+def _call_text(call: Call) -> str:
     if isinstance(call, ShellCall):
         command = call.command if len(call.command) <= 120 else call.command[:117] + "..."
         return f"shell `{command}`"
+    if isinstance(call, GuiCall):
+        return f"gui_{call.action}"
     return f"tool {call.tool}"
 
 

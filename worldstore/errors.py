@@ -36,6 +36,8 @@ drawn here exists where the entry says.
     │                                       nonsense
     ├── GatewayError            envs        a gateway configuration it refuses (an open bind
     │                                       without a token, bad limits)
+    ├── BrowserError            envs        the instances' browser could not start, stopped,
+    │                                       or did not answer in time
     ├── NoModel                 llm         no model configured: what needed one did not run
     ├── RecordingMissing        llm         replay mode found no recorded answer for a request
     ├── LLMCallError            llm         the model provider refused the request or could not

@@ -1,0 +1,158 @@
+"""Small HTML pieces the shipped sites share: forms with labelled fields, and times.
+
+Every piece escapes what it is given (``esc``), so a site passes values from the world as
+they are. Times are the worlds' UTC timestamps (``2026-03-09T17:05:00Z``), shown in UTC
+with English names written out here (never the process's locale or time-zone database,
+which differ between machines), and "how long ago" is measured from the call's frozen
+clock (``ctx.now``), never the wall clock: the same world and the same calls give the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from envs.contract import ToolResult
+from envs.errors import ToolError
+from envs.site import Fields, PageContext, esc
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+          "Dec")
+
+
+# --- forms --------------------------------------------------------------------------------
+
+
+def hidden(name: str, value: object) -> str:
+    return f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
+
+
+def post_form(action: str, inner: str, *, inline: bool = False, name: str = "") -> str:
+    """A form that posts to `action` (a full path, ``ctx.url(...)``); `name` is its
+    accessible name."""
+    css = ' class="inline"' if inline else ""
+    label = f' aria-label="{esc(name)}"' if name else ""
+    return f'<form method="post" action="{esc(action)}"{css}{label}>{inner}</form>'
+
+
+def button(text: str, name: str = "") -> str:
+    """A submit button; `name` is its accessible name where the visible text is not
+    unique on the page ("Remove" on every cart line)."""
+    label = f' aria-label="{esc(name)}"' if name else ""
+    return f"<button{label}>{esc(text)}</button>"
+
+
+def labelled(label: str, control: str) -> str:
+    """A field with its label: the label names it for a screen reader and for an agent
+    that types "into the field named ...". `control` is already HTML."""
+    return f"<label>{esc(label)} {control}</label>"
+
+
+def text_input(name: str, value: object = "", *, kind: str = "text", size: int = 30,
+               maxlength: int = 200, required: bool = False) -> str:
+    need = " required" if required else ""
+    return (f'<input type="{kind}" name="{esc(name)}" value="{esc(value)}" size="{size}" '
+            f'maxlength="{maxlength}"{need}>')
+
+
+def select(name: str, options: Iterable[tuple[str, str]], chosen: str) -> str:
+    """A drop-down of (value, text) options, `chosen` selected."""
+    items = "".join(f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>'
+                    f"{esc(t)}</option>" for v, t in options)
+    return f'<select name="{esc(name)}">{items}</select>'
+
+
+def checkbox(name: str, value: object, label: str, *, checked: bool = False) -> str:
+    on = " checked" if checked else ""
+    return (f'<label><input type="checkbox" name="{esc(name)}" value="{esc(value)}"{on}> '
+            f"{esc(label)}</label>")
+
+
+def notice(ctx: PageContext, messages: dict[str, str]) -> str:
+    """The confirmation a form's redirect asks for (``?done=placed``): one of the page's
+    own fixed messages, so a link can never put its own words on a page."""
+    text = messages.get(ctx.request.arg("done"))
+    return f'<p class="card" role="status">{esc(text)}</p>' if text else ""
+
+
+def integers(fields: Fields, name: str) -> list[int]:
+    """Every value of a repeated field (checkboxes) as whole numbers."""
+    found = []
+    for value in fields.all(name):
+        if not value.strip().isdigit():
+            raise ToolError(f"the field {name!r} must be a whole number, not {value!r}")
+        found.append(int(value))
+    return found
+
+
+def new_id(result: ToolResult) -> int:
+    """The id of what a tool created (its structured result, else its JSON text)."""
+    found: Any = result.structured
+    if not isinstance(found, dict):
+        found = json.loads(result.text)
+    return int(found["id"])
+
+
+def query_int(ctx: PageContext, name: str, default: int, *, least: int = 0) -> int:
+    """A whole number from the page's query; anything else is the default."""
+    value = ctx.request.arg(name).strip()
+    return max(least, int(value)) if value.isdigit() and len(value) <= 9 else default
+
+
+# --- text and times -------------------------------------------------------------------------
+
+
+def multiline(text: object) -> str:
+    """Escaped text whose line breaks show."""
+    return esc(text).replace("\r\n", "\n").replace("\n", "<br>")
+
+
+def _parse(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except (TypeError, ValueError):
+        return None
+
+
+def day(ts: str | None) -> str:
+    """``Mon 9 Mar 2026`` (or the value as it is, if it is not a timestamp)."""
+    moment = _parse(ts or "")
+    if moment is None:
+        return ts or ""
+    return f"{DAYS[moment.weekday()]} {moment.day} {MONTHS[moment.month - 1]} {moment.year}"
+
+
+def moment(ts: str | None) -> str:
+    """``Mon 9 Mar 2026, 17:05 UTC``."""
+    found = _parse(ts or "")
+    return day(ts) if found is None else f"{day(ts)}, {found:%H:%M} UTC"
+
+
+def ago(ts: str | None, now: str) -> str:
+    """How long before `now` (the call's clock) `ts` was: "5 min ago", "yesterday"; empty
+    for a time after `now` or one that is not a timestamp."""
+    then, current = _parse(ts or ""), _parse(now)
+    if then is None or current is None or then > current:
+        return ""
+    seconds = int((current - then).total_seconds())
+    days = (current.date() - then.date()).days
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if days == 0:
+        return f"{seconds // 3600} h ago"
+    if days == 1:
+        return "yesterday"
+    return f"{days} days ago"
+
+
+def stamp(ts: str | None, now: str) -> str:
+    """A time as a page shows it: ``<time>`` with the exact value, and how long ago."""
+    relative = ago(ts, now)
+    extra = f' <span class="muted">({esc(relative)})</span>' if relative else ""
+    return f'<time datetime="{esc(ts)}">{esc(moment(ts))}</time>{extra}'
