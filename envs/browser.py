@@ -160,7 +160,7 @@ class Browser:
                                         max_file_mib=1024, open_files=8192),
             tmpfs=(Tmpfs("/tmp", 1024), Tmpfs("/dev/shm", 1024)),
             env=(("HOME", "/tmp"), ("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"),
-                 ("TZ", "UTC")),
+                 ("TZ", "UTC"), ("FONTCONFIG_FILE", "/dev/null")),
             user=sandbox_ids())
         try:
             return bwrap_argv(policy, command, find_sandbox_tools())

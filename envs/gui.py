@@ -315,7 +315,7 @@ def _check_arguments(action: str, arguments: dict[str, Any]) -> None:
         kind = allowed[name]["type"]
         if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
             raise _Refused(f"gui_{action}: {name} must be {_WANTED[kind]}")
-        if kind == "string" and len(value) > allowed[name].get("maxLength", MAX_TEXT):
+        if isinstance(value, str) and len(value) > allowed[name].get("maxLength", MAX_TEXT):
             raise _Refused(f"gui_{action}: {name} is longer than "
                            f"{allowed[name].get('maxLength')} characters")
     if action == "key" and arguments["key"] not in KEYS:

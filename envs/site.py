@@ -353,6 +353,10 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
                  else route.fn(ctx, **params))
     except ToolError as exc:
         reply = Page("Not done", f'<p class="error" role="alert">{esc(exc)}</p>', 422)
+    except Exception as exc:  # a page's own bug: the agent sees a 500, its episode goes on
+        reply = Page("Page failed", f'<p class="error" role="alert">The page '
+                                    f"{esc(route.pattern)} failed ({esc(type(exc).__name__)})."
+                                    f"</p>", 500)
     if isinstance(reply, Redirect):
         return PageResponse(303, "text/plain; charset=utf-8", b"",
                             location=f"/{site.service}{reply.path}")

@@ -106,6 +106,11 @@ def query_int(ctx: PageContext, name: str, default: int, *, least: int = 0) -> i
 # --- text and times -------------------------------------------------------------------------
 
 
+def count(n: int, thing: str) -> str:
+    """``1 product``, ``3 products``."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
 def multiline(text: object) -> str:
     """Escaped text whose line breaks show."""
     return esc(text).replace("\r\n", "\n").replace("\n", "<br>")
