@@ -2,7 +2,8 @@
 
 ``Browser`` starts Debian's ``chromium`` inside a bubblewrap sandbox (the shell's: an
 unprivileged user, no capability, a private network namespace with nothing but its own
-loopback, a read-only root, a tmpfs profile) and speaks the DevTools protocol over a pipe
+loopback, a read-only root, a tmpfs profile; a uid of its own, so its hundreds of threads
+never count against the shell's process limit) and speaks the DevTools protocol over a pipe
 (``--remote-debugging-pipe``: JSON messages ended by a NUL byte on fds 3 and 4), so no
 debugging port is ever opened. Each instance gets a ``BrowserPage``: an isolated browser
 context (its own cookies, cache and storage) with one page in it.
@@ -39,11 +40,11 @@ from envs.sandbox import (
     Rlimits,
     SandboxPolicy,
     Tmpfs,
+    browser_ids,
     bwrap_argv,
     find_sandbox_tools,
     kill_sandbox,
     popen_long_lived,
-    sandbox_ids,
 )
 from envs.site import ORIGIN
 
@@ -55,6 +56,10 @@ VIEWPORT = (1024, 768)
 COMMAND_TIMEOUT_S = 20.0
 START_TIMEOUT_S = 30.0
 SETTLE_S = 0.03  # how long an action waits for a navigation it may have started
+# How long a click on a link or button (or Enter in a field) waits for the navigation it
+# is expected to start: a form submission is a task the renderer runs after the click,
+# which under load can come long after 30 ms. It ends as soon as the navigation is seen.
+NAVIGATION_WAIT_S = 3.0
 IDLE_S = 30.0
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 # Flags for a quiet, reproducible renderer: no background traffic, no GPU, no scroll bars,
@@ -161,7 +166,7 @@ class Browser:
             tmpfs=(Tmpfs("/tmp", 1024), Tmpfs("/dev/shm", 1024)),
             env=(("HOME", "/tmp"), ("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"),
                  ("TZ", "UTC"), ("FONTCONFIG_FILE", "/dev/null")),
-            user=sandbox_ids())
+            user=browser_ids())
         try:
             return bwrap_argv(policy, command, find_sandbox_tools())
         except SandboxError as exc:
@@ -363,11 +368,16 @@ class BrowserPage:
 
     def settle(self, *, window: float = SETTLE_S, timeout: float = COMMAND_TIMEOUT_S) -> None:
         """Wait until what the last action started has finished: up to `window` for a
-        navigation to begin, then until the page stops loading."""
+        navigation to begin, then until the page has stopped loading and been quiet for
+        ``SETTLE_S``."""
         deadline = time.monotonic() + timeout
         quiet_until = time.monotonic() + window
+        seen = self._activity
         while True:
             now = time.monotonic()
+            if self._activity != seen:  # it began: now only until it has quietened
+                seen = self._activity
+                quiet_until = now + SETTLE_S
             if not self._loading and now >= quiet_until:
                 return
             if now >= deadline:
@@ -432,12 +442,14 @@ class BrowserPage:
             raise BrowserError(f"{url}: {result['errorText']}")
         self.settle()
 
-    def click(self, x: float, y: float) -> None:
+    def click(self, x: float, y: float, *, navigates: bool = False) -> None:
+        """Click at (x, y); `navigates`: the target is a link or button, so wait for the
+        navigation it starts (up to ``NAVIGATION_WAIT_S``)."""
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.command("Input.dispatchMouseEvent",
                          {"type": kind, "x": x, "y": y, "button": "left" if kind != "mouseMoved"
                           else "none", "clickCount": 0 if kind == "mouseMoved" else 1})
-        self.settle()
+        self.settle(window=NAVIGATION_WAIT_S if navigates else SETTLE_S)
 
     def select_all(self) -> None:
         """Select what the focused field holds (the editing command, no script)."""
@@ -450,7 +462,8 @@ class BrowserPage:
         self.command("Input.insertText", {"text": text})
         self.settle(window=0)
 
-    def key(self, key: str, code: str, key_code: int, text: str = "") -> None:
+    def key(self, key: str, code: str, key_code: int, text: str = "", *,
+            navigates: bool = False) -> None:
         down: dict[str, Any] = {"type": "keyDown" if text else "rawKeyDown", "key": key,
                                 "code": code, "windowsVirtualKeyCode": key_code}
         if text:
@@ -458,7 +471,7 @@ class BrowserPage:
         self.command("Input.dispatchKeyEvent", down)
         self.command("Input.dispatchKeyEvent", {"type": "keyUp", "key": key, "code": code,
                                                 "windowsVirtualKeyCode": key_code})
-        self.settle()
+        self.settle(window=NAVIGATION_WAIT_S if navigates else SETTLE_S)
 
     def scroll(self, x: float, y: float, dx: float, dy: float) -> None:
         self.command("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": x, "y": y,
@@ -473,6 +486,24 @@ class BrowserPage:
     def accessibility(self) -> list[dict[str, Any]]:
         nodes: list[dict[str, Any]] = self.command("Accessibility.getFullAXTree")["nodes"]
         return nodes
+
+    def roles_at(self, x: float, y: float) -> list[str]:
+        """The accessibility roles of the element at (x, y) and of its ancestors."""
+        try:
+            node = self.command("DOM.getNodeForLocation", {"x": int(x), "y": int(y)})
+            tree = self.command("Accessibility.getPartialAXTree",
+                                {"backendNodeId": node["backendNodeId"], "fetchRelatives": True})
+        except BrowserError:
+            return []
+        return [str(n.get("role", {}).get("value", "")) for n in tree["nodes"]]
+
+    def focused_role(self) -> str | None:
+        """The accessibility role of the focused element, if one is."""
+        for node in self.accessibility():
+            for prop in node.get("properties", []):
+                if prop.get("name") == "focused" and prop.get("value", {}).get("value"):
+                    return str(node.get("role", {}).get("value", ""))
+        return None
 
     def center(self, backend_node: int) -> tuple[float, float] | None:
         """The centre of an element on screen (scrolled into view first), or None when

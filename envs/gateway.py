@@ -8,7 +8,7 @@ to each instance's MCP server over streamable HTTP::
                                      prefix: AWM's operation_id names),
                                      "task": <task id> (world defaults to the task's),
                                      "agent": <label>, "shell": bool, "answer": bool,
-                                     "max_steps": <OpenEnv step limit>}
+                                     "gui": bool, "max_steps": <OpenEnv step limit>}
                                     -> 201 {id, world_hash, persona, day, mode, mcp_url,
                                             tools (the environment's tool count), task, ...}
     GET    /instances               {"instances": [info, ...]}
@@ -21,6 +21,10 @@ to each instance's MCP server over streamable HTTP::
     POST   /instances/{id}/shell    {"command": "..."} -> {observation, is_error, exit_code,
                                                           stdout, stderr, ...}
     POST   /instances/{id}/answer   {"text": "..."} -> {id, answer}; a second answer: 409
+    POST   /instances/{id}/gui      {"action": "click", "arguments": {...}} -> {observation,
+                                     is_error, url, screenshot (digest), image (PNG, base64)}
+    GET    /instances/{id}/gui/{path}  the instance's web pages (``Instance.page``), and a
+    POST   /instances/{id}/gui/{path}  form's POST (application/x-www-form-urlencoded)
     POST   /instances/{id}/grade    {"task": id (default: the instance's), "answer": text
                                      (default: the answer given)} -> {task_id, V, checks,
                                      reward, errors, answer}
@@ -38,6 +42,30 @@ server has ``shell(command)`` and ``answer(text)`` when enabled: by default both
 task that declares the shell interface, the answer alone for any other task, neither
 without a task. Shell commands run like tool calls (worker thread, lock, timeout) and are
 recorded in the episode; the answer is recorded on it (one per episode).
+
+With ``"gui": true`` (the default for a task that declares the gui interface) an instance
+also has the GUI tools (``envs.gui``: ``gui_open``, ``gui_screenshot``, ``gui_click``,
+``gui_type``, ``gui_key``, ``gui_scroll``, ``gui_read``), actions in its own page of the
+shared sandboxed browser whose MCP result is the text and the screenshot after it (an
+``ImageContent``, PNG); REST's ``/gui`` and OpenEnv's ``{"gui": {"action", "arguments"}}``
+do the same. Each runs like a tool call (worker thread, lock, timeout) and is recorded as a
+``GuiCall`` with its screenshot's digest. A malformed action (unknown, an argument its
+tool does not take or of the wrong type) is a 400 over REST and OpenEnv; one the page
+cannot do (no element of that name) is an error result, as over MCP.
+
+Such an instance's pages are served too, for a person's browser or an agent's own, under
+``/instances/{id}/gui/``: ``GET /instances/i3/gui/shop/products/1`` is the instance's
+``/shop/products/1``, recorded in the episode (a ``GuiCall`` "request") like every page
+request, and a form's POST runs its tool like a tool call. Pages are the instance's bytes,
+never rewritten (they are deterministic); they link by absolute paths of their own origin
+(``/shop/cart``), so the gateway (1) adds the prefix to a redirect's ``Location`` and (2)
+serves pages with ``Referrer-Policy: same-origin``, and answers a request for any path
+outside ``/instances`` whose Referer is a page of an instance on the same origin with a
+307 to that path under the instance's prefix (a form's POST is sent again there). A link
+only works from a browser that sends the Referer (every current one does); the bearer
+token, when there is one, must be added by the client (a browser needs a tokenless
+loopback gateway or a proxy). A page request from another site (``Sec-Fetch-Site``) is
+403: it would write into the episode.
 
 Every episode is stored in the world store (``envs.episodes_store.save_episode``) when its
 instance is closed (DELETE, idle reaping, shutdown) or reset, unless it has no calls and
@@ -88,6 +116,7 @@ never a traceback.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import ipaddress
 import json
@@ -99,8 +128,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, get_args
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import msgspec
 from fastmcp.server.http import StarletteWithLifespan
@@ -109,8 +138,10 @@ from envs.contract import ToolResult
 from envs.episode import ShellCall
 from envs.episodes_store import save_episode
 from envs.errors import GatewayError
-from envs.instance import Environment, Instance
+from envs.gui import GUI_ACTIONS, GUI_TOOLS
+from envs.instance import Environment, GuiResult, Instance
 from envs.mcp import Mode, instance_server
+from envs.site import MAX_FORM_BYTES, PageResponse
 from replay.errors import IntegrityError
 from worldstore.errors import ConflictError, NotFoundError, WorldError
 
@@ -135,12 +166,16 @@ _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 MAX_LABEL = 200  # characters of an agent label
 MAX_STEPS = 50  # OpenEnv steps of an episode unless a create request says otherwise
+MAX_TARGET = 8192  # characters of a page request's path and query
+FORM_TYPE = "application/x-www-form-urlencoded"
+_GUI_PAGE = re.compile(r"/instances/([^/?#]+)/gui/")  # a page of an instance, in a Referer
 CLOSED_KEPT = 4096  # closed instances remembered (for their stored episode's id)
 MODES: tuple[str, ...] = get_args(Mode)
 log = logging.getLogger("agentworlds.gateway")
 
 Grade = dict[str, Any]
 Grader = Callable[[Instance, str | None], Grade]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -172,6 +207,7 @@ class _Setup:
     agent: str | None = None
     shell: bool = False
     answer: bool = False
+    gui: bool = False
     max_steps: int = MAX_STEPS
 
 
@@ -200,6 +236,7 @@ class _Hosted:
         self.setup = setup
         self.mode = setup.mode
         self.mcp_url = f"/instances/{self.id}/mcp"
+        self.gui_url = f"/instances/{self.id}/gui/"  # the instance's pages (when gui)
         self.call_timeout = call_timeout
         self.workers = workers
         self.worlds = worlds
@@ -216,12 +253,13 @@ class _Hosted:
         self._label()
         self.server = instance_server(instance, setup.mode, call=self.call,
                                       shell=self.shell if setup.shell else None,
-                                      answer=self.answer if setup.answer else None)
+                                      answer=self.answer if setup.answer else None,
+                                      gui=self.gui if setup.gui else None)
         self.app: StarletteWithLifespan | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._jobs: set[asyncio.Task[ToolResult]] = set()
+        self._jobs: set[asyncio.Task[Any]] = set()
 
     @property
     def task(self) -> ServedTask | None:
@@ -240,6 +278,7 @@ class _Hosted:
                 "tools": len(self.instance.list_tools()),
                 "task": self.task.task_id if self.task else None, "agent": self.setup.agent,
                 "shell": self.setup.shell, "answer": self.setup.answer,
+                "gui": self.setup.gui, "gui_url": self.gui_url if self.setup.gui else None,
                 "answered": episode.answer is not None, "done": self.done,
                 "steps": self.steps, "max_steps": self.setup.max_steps,
                 "episode_id": episode.episode_id, "stored_episodes": list(self.stored),
@@ -260,13 +299,32 @@ class _Hosted:
     async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """A tool call (the MCP server's caller)."""
         return await self._timed("tool call", f"tool call {name}",
-                                 lambda: self.instance.call_tool(name, arguments))
+                                 lambda: self.instance.call_tool(name, arguments),
+                                 _tool_failure)
 
     async def shell(self, command: str) -> ToolResult:
         """One shell command in the workspace, under the same lock and timeout as a tool
         call; its text is what the agent sees, its structured part the ShellCall's."""
         return await self._timed("shell command", "shell command",
-                                 lambda: shell_result(self.instance.shell(command)))
+                                 lambda: shell_result(self.instance.shell(command)),
+                                 _tool_failure)
+
+    async def gui(self, action: str, arguments: dict[str, Any]) -> GuiResult:
+        """One GUI action in the instance's browser (``Instance.gui``: recorded in the
+        episode with its screenshot's digest), under the same lock and timeout as a tool
+        call: the first one starts the browser, each can take up to a second."""
+        return await self._timed("GUI action", f"GUI action {action}",
+                                 lambda: self.instance.gui(action, arguments),
+                                 lambda _status, text: GuiResult(True, text, None, None))
+
+    async def page(self, method: str, target: str, body: bytes
+                   ) -> PageResponse | _HttpError:
+        """One request of the instance's web pages (``Instance.page``: recorded in the
+        episode; a form's tool writes like a tool call), under the lock and timeout of a
+        tool call; what went wrong instead of the page when it did not run or failed."""
+        return await self._timed("page request", f"page request {method} {target}",
+                                 lambda: self.instance.page(method, target, body),
+                                 _HttpError)
 
     async def answer(self, text: str) -> ToolResult:
         """Record the final answer on the episode; a second one is an error result (an
@@ -286,11 +344,14 @@ class _Hosted:
         finally:
             self.touch()
 
-    async def _timed(self, what: str, label: str, job: Callable[[], ToolResult]
-                     ) -> ToolResult:
+    async def _timed(self, what: str, label: str, job: Callable[[], T],
+                     failed: Callable[[int, str], T]) -> T:
+        """Run `job` in a worker thread under the lock, within the call timeout; when it
+        cannot give its result, ``failed(status, message)`` (504 timed out, 404 closed,
+        400 refused by the library, 500 failed) is what the caller gets."""
         self.touch()
         started = asyncio.Event()
-        task = asyncio.ensure_future(self._run(label, job, started))
+        task = asyncio.ensure_future(self._run(label, job, started, failed))
         self._jobs.add(task)
         task.add_done_callback(self._jobs.discard)
         try:
@@ -304,25 +365,25 @@ class _Hosted:
                 task.cancel()
                 message += (" (not run: the instance was still busy with an earlier call "
                             "that timed out)")
-            return ToolResult(True, message)
+            return failed(504, message)
         finally:
             self.touch()
 
-    async def _run(self, label: str, job: Callable[[], ToolResult],
-                   started: asyncio.Event) -> ToolResult:
+    async def _run(self, label: str, job: Callable[[], T], started: asyncio.Event,
+                   failed: Callable[[int, str], T]) -> T:
         async with self.lock:
             started.set()
             if self.closed:
-                return ToolResult(True, f"instance {self.id} is closed")
+                return failed(404, f"instance {self.id} is closed")
             self.calls_total += 1
             try:
-                result: ToolResult = await asyncio.wrap_future(self.workers.submit(job))
+                result: T = await asyncio.wrap_future(self.workers.submit(job))
                 return result
             except WorldError as exc:
-                return ToolResult(True, str(exc))
+                return failed(_status_of(exc), str(exc))
             except Exception as exc:
                 log.exception("%s on instance %s failed", label, self.id)
-                return ToolResult(True, f"{label} failed: {type(exc).__name__}: {exc}")
+                return failed(500, f"{label} failed: {type(exc).__name__}: {exc}")
 
     # --- REST operations -------------------------------------------------------------
 
@@ -408,6 +469,10 @@ class _Hosted:
         return closing
 
 
+def _tool_failure(_status: int, message: str) -> ToolResult:
+    return ToolResult(True, message)
+
+
 def shell_result(call: ShellCall) -> ToolResult:
     """What an agent sees of a shell command, as the scripted agents do (stdout, then
     "[stderr]" and "[exit N]" when there are any), and the call itself, structured."""
@@ -467,12 +532,16 @@ class _Workers:
 
 # REST actions on one instance -> the Gateway method that answers them.
 _ACTIONS = {"": "_at_instance", "reset": "_reset", "hash": "_hash", "diff": "_diff",
-            "episode": "_episode", "shell": "_shell", "answer": "_answer", "grade": "_grade"}
-_CREATE_FIELDS = ("world", "mode", "bare_names", "task", "agent", "shell", "answer",
+            "episode": "_episode", "shell": "_shell", "answer": "_answer", "grade": "_grade",
+            "gui": "_gui"}
+_CREATE_FIELDS = ("world", "mode", "bare_names", "task", "agent", "shell", "answer", "gui",
                   "max_steps")
 _CREATE_SHAPE = ('{"world": "persona@day" or a world hash, "mode": "tools" or "meta", '
                  '"bare_names": true or false, "task": "<task id>", "agent": "<label>", '
-                 '"shell": true or false, "answer": true or false, "max_steps": <int>}')
+                 '"shell": true or false, "answer": true or false, "gui": true or false, '
+                 '"max_steps": <int>}')
+_GUI_SHAPE = ('{"action": "open" | "screenshot" | "click" | "type" | "key" | "scroll" | '
+              '"read", "arguments": {...} (those of the gui_ tool of that name)}')
 
 
 class Gateway:
@@ -559,7 +628,17 @@ class Gateway:
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         method: str = scope["method"]
-        parts = scope["path"].strip("/").split("/")
+        path: str = scope["path"]
+        parts = path.strip("/").split("/")
+        if path == "/favicon.ico":  # a browser asks for it on every page: none, no episode
+            _allow(method, "GET", "HEAD")
+            await _send(send, 204, b"", b"", [(b"cache-control", b"max-age=86400")])
+            return
+        if parts[0] != "instances" and (iid := _linked_from_page(scope)) is not None:
+            # A page's own link (/shop/cart) followed in a person's browser: the same
+            # request, under the prefix of the instance whose page it came from.
+            await _redirect_to_page(send, iid, path, scope)
+            return
         if parts == ["healthz"]:
             _allow(method, "GET")
             await _send_json(send, 200, {"ok": True, "instances": len(self.instances),
@@ -581,7 +660,10 @@ class Gateway:
             return
         hosted = self._hosted(parts[1])
         action = "/".join(parts[2:])
-        if parts[2:3] == ["mcp"]:
+        if path.startswith(hosted.gui_url):  # the instance's pages: /instances/ID/gui/...
+            await self._page(hosted, path.removeprefix(hosted.gui_url[:-1]), scope, receive,
+                             send)
+        elif parts[2:3] == ["mcp"]:
             await self._mcp(hosted, scope, receive, send)
         elif action.startswith("openenv/"):
             await self._openenv(hosted, action.removeprefix("openenv/"), scope, receive,
@@ -663,6 +745,58 @@ class Gateway:
         if result.is_error:
             raise _HttpError(409, result.text)
         await _send_json(send, 200, {"id": hosted.id, "answer": text})
+
+    async def _gui(self, hosted: _Hosted, method: str, receive: Receive, send: Send) -> None:
+        if method == "GET":
+            raise _HttpError(405, f"method GET not allowed here (use POST with {_GUI_SHAPE}; "
+                                  f"the instance's pages are at {hosted.gui_url})",
+                             [(b"allow", b"POST")])
+        _allow(method, "POST")
+        request = _fields(_json_body(await _read_body(receive)), ("action", "arguments"),
+                          _GUI_SHAPE)
+        action, arguments = _gui_action(request)
+        _enabled(hosted, "gui")
+        result = await hosted.gui(action, arguments)
+        await _send_json(send, 200, {"observation": result.text, "action": action,
+                                     **_gui_observation(result)})
+
+    async def _page(self, hosted: _Hosted, target: str, scope: Scope, receive: Receive,
+                    send: Send) -> None:
+        """One request of the instance's pages (GET, or a form's POST), answered as the
+        instance answers it: its status, body and headers, but for a redirect's Location,
+        which gets the instance's prefix, and the Referrer-Policy (see _linked_from_page)."""
+        method = _allow(scope["method"], "GET", "POST")
+        _same_origin_fetch(scope)
+        query = bytes(scope.get("query_string", b""))
+        target = quote(target, safe="/:@!$&'()*+,;=-._~") + (
+            "?" + query.decode("latin-1") if query else "")
+        if len(target) > MAX_TARGET:
+            raise _HttpError(414, f"the page's path and query are over {MAX_TARGET} "
+                                  "characters")
+        _utf8_form(query, "the query")
+        body = await _read_body(receive, MAX_FORM_BYTES)
+        if method == "GET" and body:
+            raise _HttpError(400, "a GET of a page has no body (a form posts its fields)")
+        if method == "POST":
+            kind = _header(scope, b"content-type") or ""
+            if kind.partition(";")[0].strip().lower() != FORM_TYPE:
+                raise _HttpError(415, f"a form posts {FORM_TYPE}, not "
+                                      f"{_shown(kind or 'no content type')} (a GUI action "
+                                      f"is POST /instances/{hosted.id}/gui, JSON)")
+            _utf8_form(body, "the form body")
+        _enabled(hosted, "gui")
+        response = await hosted.page(method, target, body)
+        if isinstance(response, _HttpError):
+            raise response
+        headers = []
+        for name, value in response.headers():
+            if name == "Location":  # a path of the instance's origin: under its prefix
+                value = quote(hosted.gui_url[:-1] + value if value.startswith("/") else value,
+                              safe="/?#&=%:@!$'()*+,;-._~")
+            elif name == "Referrer-Policy":
+                value = "same-origin"
+            headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        await _send(send, response.status, response.body, b"", headers)
 
     async def _grade(self, hosted: _Hosted, method: str, receive: Receive,
                      send: Send) -> None:
@@ -747,9 +881,9 @@ class Gateway:
             request = _fields(_json_body(await _read_body(receive)),
                               ("action", "timeout_s", "request_id"),
                               '{"action": {"tool": NAME, "arguments": {...}} | {"shell": '
-                              'COMMAND} | {"answer": TEXT} | {"type": "call_tool", '
-                              '"tool_name": NAME, "arguments": {...}} | {"type": '
-                              '"list_tools"}}')
+                              'COMMAND} | {"gui": {"action": ACTION, "arguments": {...}}} | '
+                              '{"answer": TEXT} | {"type": "call_tool", "tool_name": NAME, '
+                              '"arguments": {...}} | {"type": "list_tools"}}')
             await _send_json(send, 200, await self._step(hosted, _action(
                 request.get("action"))))
         elif op == "state":
@@ -771,7 +905,7 @@ class Gateway:
                                   "or at its step limit): POST "
                                   f"/instances/{hosted.id}/openenv/reset to start another")
         kind, value, arguments = action
-        if kind in ("shell", "answer"):
+        if kind in ("shell", "answer", "gui"):
             _enabled(hosted, kind)
         hosted.steps += 1
         observation: dict[str, Any]
@@ -786,6 +920,9 @@ class Gateway:
             result = await hosted.shell(value)
             observation = {"text": result.text, "is_error": result.is_error,
                            **(result.structured or {})}
+        elif kind == "gui":
+            shown = await hosted.gui(value, arguments)
+            observation = {"text": shown.text, "action": value, **_gui_observation(shown)}
         else:
             result = await hosted.answer(value)
             if result.is_error:  # answered meanwhile (over MCP or REST)
@@ -847,7 +984,9 @@ class Gateway:
         setup = _Setup(
             mode=_mode(request.get("mode", self.mode)), task=task, agent=agent,
             shell=_flag(request, "shell", task is not None and "shell" in task.interfaces),
-            answer=_flag(request, "answer", task is not None), max_steps=max_steps)
+            answer=_flag(request, "answer", task is not None),
+            gui=_flag(request, "gui", task is not None and "gui" in task.interfaces),
+            max_steps=max_steps)
         bare_names = request.get("bare_names")
         if bare_names is not None and not isinstance(bare_names, bool):
             raise _HttpError(400, f"bare_names must be true or false, not {_shown(bare_names)}")
@@ -1045,16 +1184,66 @@ def _flag(request: dict[str, Any], name: str, default: bool) -> bool:
 
 
 def _enabled(hosted: _Hosted, tool: str) -> None:
-    """Refuse the shell or the answer on an instance created without it."""
+    """Refuse the shell, the answer or the GUI on an instance created without it."""
     if not getattr(hosted.setup, tool):
-        raise _HttpError(409, f"instance {hosted.id} was created without the {tool} tool "
+        what = "the GUI (its pages and the gui_ tools)" if tool == "gui" else f"the {tool} tool"
+        raise _HttpError(409, f"instance {hosted.id} was created without {what} "
                               f'(create one with "{tool}": true, or for a task that has it)')
+
+
+def _gui_action(request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A GUI action's name and arguments, checked against its gui_ tool's schema (the
+    fields, their types and the required ones): a malformed action is refused before it
+    reaches the browser. Whether it can be done on the page (an element of that name, a
+    URL of the instance) is the action's result."""
+    action = request.get("action")
+    if not isinstance(action, str) or action not in GUI_ACTIONS:
+        raise _HttpError(400, f"unknown GUI action {_shown(action)}: use one of "
+                              f"{', '.join(GUI_ACTIONS)}")
+    arguments = request.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise _HttpError(400, f"the arguments of a GUI action must be an object, not "
+                              f"{_shown(arguments)}")
+    schema = next(t.input_schema for t in GUI_TOOLS if t.name == f"gui_{action}")
+    properties: dict[str, Any] = schema["properties"]
+    unknown = sorted(set(arguments) - set(properties))
+    if unknown:
+        raise _HttpError(400, f"gui_{action} has no argument(s) "
+                              f"{', '.join(_shown(u) for u in unknown[:5])}: it takes "
+                              f"{', '.join(sorted(properties)) or 'none'}")
+    for name in schema.get("required", ()):
+        if name not in arguments:
+            raise _HttpError(400, f"gui_{action} needs the argument {name!r}")
+    for name, value in arguments.items():
+        spec = properties[name]
+        if spec["type"] == "integer":
+            if not isinstance(value, int) or isinstance(value, bool) or not (
+                    spec.get("minimum", -(1 << 63)) <= value <= spec.get("maximum", 1 << 63)):
+                raise _HttpError(400, f"gui_{action}: {name} must be an integer from "
+                                      f"{spec.get('minimum')} to {spec.get('maximum')}, not "
+                                      f"{_shown(value)}")
+        elif not isinstance(value, str) or len(value) > spec.get("maxLength", MAX_BODY):
+            raise _HttpError(400, f"gui_{action}: {name} must be a string of at most "
+                                  f"{spec.get('maxLength', MAX_BODY)} characters, not "
+                                  f"{_shown(value)}")
+        elif "enum" in spec and value not in spec["enum"]:
+            raise _HttpError(400, f"gui_{action}: {name} must be one of "
+                                  f"{', '.join(spec['enum'])}, not {_shown(value)}")
+    return action, arguments
+
+
+def _gui_observation(result: GuiResult) -> dict[str, Any]:
+    """A GUI action's result over REST and OpenEnv: whether it failed, the page it ended
+    on, the screenshot's digest and the screenshot (PNG, base64)."""
+    return {"is_error": result.is_error, "url": result.url, "screenshot": result.screenshot,
+            "image": base64.b64encode(result.image).decode("ascii")
+            if result.image is not None else None, "mime_type": "image/png"}
 
 
 # An OpenEnv action: (kind, the tool name / command / answer, a tool's arguments).
 _Action = tuple[str, str, dict[str, Any]]
 _ACTION_KEYS: dict[str, tuple[str, ...]] = {  # every form also takes OpenEnv's "metadata"
-    "tool": ("tool", "arguments"), "shell": ("shell",), "answer": ("answer",),
+    "tool": ("tool", "arguments"), "shell": ("shell",), "answer": ("answer",), "gui": ("gui",),
     "call_tool": ("type", "tool_name", "arguments"), "list_tools": ("type",)}
 
 
@@ -1063,12 +1252,13 @@ def _action(value: object) -> _Action:
     actions (``{"type": "call_tool" | "list_tools", ...}``)."""
     if not isinstance(value, dict):
         raise _HttpError(400, 'the body needs "action": an object such as {"tool": NAME, '
-                              '"arguments": {...}}, {"shell": COMMAND} or {"answer": TEXT}')
-    kinds = [k for k in ("tool", "shell", "answer") if k in value]
+                              '"arguments": {...}}, {"shell": COMMAND}, {"gui": {"action": '
+                              'ACTION, "arguments": {...}}} or {"answer": TEXT}')
+    kinds = [k for k in ("tool", "shell", "gui", "answer") if k in value]
     kind = value.get("type") if not kinds else kinds[0]
     if len(kinds) > 1 or kind not in _ACTION_KEYS or (kinds and "type" in value):
-        raise _HttpError(400, f"action {_shown(value)}: give exactly one of tool, shell or "
-                              'answer (or "type": "call_tool" / "list_tools")')
+        raise _HttpError(400, f"action {_shown(value)}: give exactly one of tool, shell, gui "
+                              'or answer (or "type": "call_tool" / "list_tools")')
     _fields(value, (*_ACTION_KEYS[kind], "metadata"), f"a {kind} action")
     arguments = value.get("arguments", {})
     if not isinstance(arguments, dict):
@@ -1077,6 +1267,12 @@ def _action(value: object) -> _Action:
         return "list_tools", "", {}
     if kind in ("tool", "call_tool"):
         return "tool", _text(value.get("tool", value.get("tool_name")), "tool name"), arguments
+    if kind == "gui":
+        gui = value["gui"]
+        if not isinstance(gui, dict):
+            raise _HttpError(400, f"a gui action is {{\"gui\": {_GUI_SHAPE}}}, not "
+                                  f"{_shown(gui)}")
+        return ("gui", *_gui_action(_fields(gui, ("action", "arguments"), _GUI_SHAPE)))
     return kind, _text(value[kind], kind, empty=kind == "answer"), {}
 
 
@@ -1095,7 +1291,7 @@ def _first_observation(hosted: _Hosted) -> dict[str, Any]:
             "task": task.task_id if task else None,
             "tools": [t.name for t in hosted.instance.list_tools()],
             "shell": hosted.setup.shell, "answer": hosted.setup.answer,
-            "world_hash": hosted.instance.record.world_hash,
+            "gui": hosted.setup.gui, "world_hash": hosted.instance.record.world_hash,
             "max_steps": hosted.setup.max_steps}
 
 
@@ -1152,6 +1348,62 @@ def from_loopback(scope: Scope) -> bool:
             return False
     origin = headers.get(b"origin")
     return origin is None or is_loopback(urlsplit(origin).hostname or "")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if bytes(key) == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _linked_from_page(scope: Scope) -> str | None:
+    """The instance whose page a request came from, when its Referer is a page of an
+    instance on this same origin (the gateway serves pages with ``Referrer-Policy:
+    same-origin`` so that a browser says so).
+
+    Pages link by absolute paths of their own origin (``/shop/cart``, the font at
+    ``/_static/...``): rewriting them under the instance's prefix would change the bytes
+    a page is, so the gateway instead answers such a request, made from one of its pages,
+    with a redirect to the same path under that instance's prefix (307: a form's POST
+    is sent again there). A request without such a Referer is the gateway's own."""
+    referer = _header(scope, b"referer")
+    if not referer:
+        return None
+    parts = urlsplit(referer)
+    found = _GUI_PAGE.match(parts.path)
+    if found is None or parts.netloc.lower() != (_header(scope, b"host") or "").lower():
+        return None
+    return found.group(1)
+
+
+async def _redirect_to_page(send: Send, iid: str, path: str, scope: Scope) -> None:
+    query = bytes(scope.get("query_string", b"")).decode("latin-1")
+    location = f"/instances/{quote(iid, safe='')}/gui{quote(path, safe='/')}" + (
+        f"?{query}" if query else "")
+    if len(location) > MAX_TARGET:
+        raise _HttpError(414, f"the page's path and query are over {MAX_TARGET} characters")
+    await _send(send, 307, b"", b"text/plain; charset=utf-8",
+                [(b"location", location.encode("latin-1")),
+                 (b"cache-control", b"no-store")])
+
+
+def _same_origin_fetch(scope: Scope) -> None:
+    """Refuse a page request a browser made for another site (``Sec-Fetch-Site``: an
+    image of another site's page pointing here): every page request is recorded in the
+    instance's episode, so only the person's own navigation may make one."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None and site.lower() not in ("same-origin", "none"):
+        raise _HttpError(403, f"a page of an instance is not served to a request from "
+                              f"another site (Sec-Fetch-Site: {_shown(site)})")
+
+
+def _utf8_form(data: bytes, what: str) -> None:
+    """Refuse a query or form body that is not UTF-8 form encoding."""
+    try:
+        parse_qsl(data.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise _HttpError(400, f"{what} is not UTF-8 form encoding") from None
 
 
 def check_bind(host: str, token: str | None) -> None:

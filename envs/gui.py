@@ -46,6 +46,10 @@ KEYS: dict[str, tuple[str, int, str]] = {
     "PageUp": ("PageUp", 33, ""), "PageDown": ("PageDown", 34, ""),
     "Home": ("Home", 36, ""), "End": ("End", 35, ""),
 }
+# Roles whose click (or Enter on them) may navigate: every button of a site submits a form.
+NAVIGATING = frozenset({"link", "button", "menuitem"})
+# Fields in which Enter submits their form.
+SUBMITTING = frozenset({"textbox", "searchbox", "spinbutton", "combobox", "link", "button"})
 # Roles an agent can act on: numbered in gui_read, found by gui_click(name=...).
 ACTIONABLE = frozenset({"link", "button", "textbox", "searchbox", "combobox", "checkbox",
                         "radio", "menuitem", "option", "image", "spinbutton", "listbox"})
@@ -136,7 +140,7 @@ class GuiSession:
         self._url = ""
         self._version = 0  # bumped by every action that may change what the page shows
         self._shot: tuple[int, bytes, str] | None = None
-        self._elements: dict[int, int] = {}  # number -> backend DOM node id
+        self._elements: dict[int, tuple[int, str]] = {}  # number -> (backend node, role)
         self._elements_at = -1  # the page activity they were read at
 
     @property
@@ -225,15 +229,15 @@ class GuiSession:
 
     def _click(self, arguments: dict[str, Any]) -> str:
         page = self._page_or_fail()
-        x, y, what = self._point(page, arguments)
+        x, y, what, roles = self._point(page, arguments)
         self._version += 1
-        page.click(x, y)
+        page.click(x, y, navigates=not NAVIGATING.isdisjoint(roles))
         return f"clicked {what}"
 
     def _type(self, arguments: dict[str, Any]) -> str:
         page = self._page_or_fail()
         if _has_target(arguments):
-            x, y, _what = self._point(page, arguments)
+            x, y, _what, _roles = self._point(page, arguments)
             self._version += 1
             page.click(x, y)
         self._version += 1
@@ -246,8 +250,10 @@ class GuiSession:
         page = self._page_or_fail()
         name = str(arguments["key"])
         code, key_code, text = KEYS[name]
+        navigates = name in ("Enter", "Space") and page.focused_role() in (
+            SUBMITTING if name == "Enter" else NAVIGATING)
         self._version += 1
-        page.key(" " if name == "Space" else name, code, key_code, text)
+        page.key(" " if name == "Space" else name, code, key_code, text, navigates=navigates)
         return f"pressed {name}"
 
     def _scroll(self, arguments: dict[str, Any]) -> str:
@@ -266,31 +272,34 @@ class GuiSession:
             text = text[:MAX_READ_CHARS] + "\n[... the page goes on; scroll or open a page of it]"
         return text
 
-    def _point(self, page: BrowserPage, arguments: dict[str, Any]) -> tuple[float, float, str]:
+    def _point(self, page: BrowserPage, arguments: dict[str, Any]
+               ) -> tuple[float, float, str, list[str]]:
+        """Where to click, what it is called, and the roles there (the element's own and
+        its ancestors', for a point)."""
         if "x" in arguments or "y" in arguments:
             if "x" not in arguments or "y" not in arguments:
                 raise _Refused("a click at a point needs both x and y")
-            return float(arguments["x"]), float(arguments["y"]), (
-                f"at ({arguments['x']}, {arguments['y']})")
+            x, y = float(arguments["x"]), float(arguments["y"])
+            return x, y, f"at ({arguments['x']}, {arguments['y']})", page.roles_at(x, y)
         if "element" in arguments:
             number = int(arguments["element"])
             if self._elements_at != page.activity:
                 raise _Refused("the page changed since gui_read: read it again for the "
                                "elements' numbers")
-            node = self._elements.get(number)
-            if node is None:
+            found = self._elements.get(number)
+            if found is None:
                 raise _Refused(f"no element [{number}] on this page (gui_read numbers "
                                f"{len(self._elements)} elements)")
-            what = f"element [{number}]"
+            (node, role), what = found, f"element [{number}]"
         elif "name" in arguments:
-            node, what = _by_name(page.accessibility(), str(arguments["name"]),
-                                  arguments.get("role"))
+            node, role, what = _by_name(page.accessibility(), str(arguments["name"]),
+                                        arguments.get("role"))
         else:
             raise _Refused("say where to click: x and y, element, or name")
         center = page.center(node)
         if center is None:
             raise _Refused(f"{what} is not visible on the page")
-        return center[0], center[1], what
+        return center[0], center[1], what, [role]
 
     def _screenshot(self) -> tuple[bytes, str]:
         if self._shot is not None and self._shot[0] == self._version:
@@ -374,9 +383,10 @@ def _walk(nodes: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any], dict[s
     return out
 
 
-def _accessible_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, int]]:
+def _accessible_text(nodes: list[dict[str, Any]]
+                     ) -> tuple[list[str], dict[int, tuple[int, str]]]:
     lines: list[str] = []
-    elements: dict[int, int] = {}
+    elements: dict[int, tuple[int, str]] = {}
     for _depth, node, parent in _walk(nodes):
         if node.get("ignored"):
             continue
@@ -388,7 +398,7 @@ def _accessible_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, 
             continue
         if role in ACTIONABLE and "backendDOMNodeId" in node:
             number = len(elements) + 1
-            elements[number] = int(node["backendDOMNodeId"])
+            elements[number] = (int(node["backendDOMNodeId"]), role)
             value = node.get("value", {}).get("value")
             shown = f' value="{value}"' if value not in (None, "") and role != "link" else ""
             lines.append(f'[{number}] {role} "{name}"{shown}')
@@ -399,7 +409,7 @@ def _accessible_text(nodes: list[dict[str, Any]]) -> tuple[list[str], dict[int, 
     return lines, elements
 
 
-def _by_name(nodes: list[dict[str, Any]], name: str, role: object) -> tuple[int, str]:
+def _by_name(nodes: list[dict[str, Any]], name: str, role: object) -> tuple[int, str, str]:
     wanted = name.strip().casefold()
     seen: list[str] = []
     for _depth, node, _parent in _walk(nodes):
@@ -410,7 +420,7 @@ def _by_name(nodes: list[dict[str, Any]], name: str, role: object) -> tuple[int,
             continue
         seen.append(f'{node_role} "{_name(node)}"')
         if _name(node).casefold() == wanted:
-            return int(node["backendDOMNodeId"]), f'{node_role} "{_name(node)}"'
+            return int(node["backendDOMNodeId"]), node_role, f'{node_role} "{_name(node)}"'
     shown = "; ".join(seen[:15]) + (" ..." if len(seen) > 15 else "")
     kind = f" {role}" if role is not None else ""
     raise _Refused(f"no{kind} element named {name!r} on this page; there are: "

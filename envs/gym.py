@@ -2,7 +2,9 @@
 ``step(action) -> (observation, reward, terminated, truncated, info)``.
 
 Actions are dicts: ``{"tool": name, "arguments": {...}}`` calls a tool,
-``{"shell": command}`` runs a shell command, ``{"answer": text}`` ends the episode.
+``{"shell": command}`` runs a shell command, ``{"gui": {"action": "click", "arguments":
+{...}}}`` acts in the instance's browser (``envs.gui``; the observation carries the
+screenshot as PNG bytes), ``{"answer": text}`` ends the episode.
 The reward is 0.0 until the episode ends; then ``reward_fn(instance, answer)`` decides
 (tasks and verifiers plug in there). Misuse raises, as in Gymnasium: ``step`` before
 ``reset`` or after the episode ended is an error, a bad tool call is an observation.
@@ -60,8 +62,15 @@ class WorldEnv:
         elif "tool" in action:
             result = self.instance.call_tool(str(action["tool"]), action.get("arguments") or {})
             observation = {"text": result.text, "is_error": result.is_error}
+        elif "gui" in action:
+            gui = action["gui"]
+            if not isinstance(gui, dict):
+                raise ValueError('a gui action is {"gui": {"action": ..., "arguments": {...}}}')
+            done = self.instance.gui(str(gui.get("action", "")), gui.get("arguments") or {})
+            observation = {"text": done.text, "is_error": done.is_error, "url": done.url,
+                           "screenshot": done.image}
         else:
-            raise ValueError(f"unknown action {sorted(action)}: use tool, shell or answer")
+            raise ValueError(f"unknown action {sorted(action)}: use tool, shell, gui or answer")
         truncated = self._steps >= self.max_steps
         self._done = truncated
         return observation, 0.0, False, truncated, self._info()

@@ -91,6 +91,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SANDBOX_USER = "agentworlds-sandbox"
+BROWSER_USER = "agentworlds-browser"
 MOUNT_AT = "/workspace"
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -411,23 +412,35 @@ _ids_lock = threading.Lock()
 @functools.cache
 def _sandbox_ids() -> tuple[int, int]:
     """The uid/gid commands run as: ours unless root; as root the dedicated system user."""
+    return _system_user(SANDBOX_USER)
+
+
+@functools.cache
+def browser_ids() -> tuple[int, int]:
+    """The uid/gid the instances' browser runs as: ours unless root; as root a system user
+    of its own, since RLIMIT_NPROC counts a uid's threads and one Chromium has hundreds,
+    which would starve the shells and verifiers of the sandbox user."""
+    return _system_user(BROWSER_USER)
+
+
+def _system_user(name: str) -> tuple[int, int]:
     if os.geteuid() != 0:
         return os.getuid(), os.getgid()
     with _ids_lock:
         try:
-            entry = pwd.getpwnam(SANDBOX_USER)
+            entry = pwd.getpwnam(name)
         except KeyError:
             useradd = shutil.which("useradd", path=_HOST_ENV["PATH"])
             if useradd:
                 subprocess.run(
                     [useradd, "--system", "--user-group", "--no-create-home",
-                     "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", SANDBOX_USER],
+                     "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
                     capture_output=True, check=False, env=_HOST_ENV, timeout=60)
             try:
-                entry = pwd.getpwnam(SANDBOX_USER)
+                entry = pwd.getpwnam(name)
             except KeyError:
-                log.warning("could not create user %s; sandboxed commands run as nobody "
-                            "(uid 65534), which other host processes may share", SANDBOX_USER)
+                log.warning("could not create user %s; its sandboxes run as nobody "
+                            "(uid 65534), which other host processes may share", name)
                 return 65534, 65534
         return entry.pw_uid, entry.pw_gid
 

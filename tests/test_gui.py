@@ -283,3 +283,20 @@ def test_screenshots_can_be_left_out_of_episodes(worlds: Worlds, browser: Browse
         assert instance.episode.screenshots == {}
         assert [e.screenshot for e in instance.episode.events
                 if isinstance(e, GuiCall)] == [shot.screenshot]
+
+
+def test_the_gym_wrapper_takes_gui_actions(env: Environment) -> None:
+    from envs.gym import WorldEnv
+
+    world = WorldEnv(env, "lars@7")
+    try:
+        world.reset()
+        observation, reward, done, truncated, _info = world.step(
+            {"gui": {"action": "open", "arguments": {"url": "/chat/"}}})
+        assert not observation["is_error"] and observation["url"] == "/chat/"
+        assert observation["screenshot"].startswith(b"\x89PNG")
+        assert (reward, done, truncated) == (0.0, False, False)
+        with pytest.raises(ValueError, match="gui action"):
+            world.step({"gui": "click"})
+    finally:
+        world.close()

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo"
 COPY = "lars-copy"  # the demo pack under another name: a pack that is not shipped
 LOG = "world/lars.jsonl"
+LOGS = (LOG, "world/nora.jsonl")  # the demo's two personas, in import order
+DAYS = 8 + 2  # lars@0..7, nora@0..1
 
 State = tuple[list[tuple[str, list[tuple[int, str, str]]]], list[tuple[str, str]] | None]
 
@@ -90,10 +92,10 @@ def target(tmp_path: Path) -> Iterator[Worlds]:
 def test_the_demo_is_a_shipped_pack_found_by_name() -> None:
     pack = load_pack("demo")
     assert pack.shipped and pack.root == SHIPPED / "demo" == DEMO
-    assert pack.worlds == (DEMO / LOG,)
+    assert pack.worlds == tuple(DEMO / log for log in LOGS)
     assert pack.build == DEMO / "world" / "build_lars.py"
     assert pack.tasks == tuple(sorted(p.name for p in (DEMO / "tasks").iterdir() if p.is_dir()))
-    assert len(pack.tasks) == 6
+    assert len(pack.tasks) == 7
     assert pack.task_dir("mats-work-order") == DEMO / "tasks" / "mats-work-order"
     assert pack.episodes == {"demo": DEMO / "episodes" / "demo.json"}
     assert pack.episode("demo").is_file()
@@ -126,7 +128,7 @@ def test_a_pack_loads_by_path_and_installed_packs_are_listed(tmp_path: Path) -> 
     by_name = load_pack(COPY, installed)
     assert by_path == by_name
     assert not by_name.shipped and by_name.root == folder.resolve()
-    assert by_name.worlds == (folder.resolve() / LOG,)
+    assert by_name.worlds == tuple(folder.resolve() / log for log in LOGS)
     assert load_pack(str(DEMO)).shipped
     assert [(p.name, p.shipped) for p in list_packs(installed)] == [("demo", True),
                                                                     (COPY, False)]
@@ -293,9 +295,10 @@ def test_the_manifest_holds_every_file_and_the_hash_of_every_day(
         assert digest == hashlib.sha256(data).hexdigest()
         assert manifest.sizes[rel] == len(data)
     with Worlds.open(tmp_path / "store") as worlds:
-        results = worlds.import_file(DEMO / LOG)
-    assert dict(manifest.worlds) == {f"lars@{r.day}": r.world_hash for r in results}
-    assert list(manifest.worlds) == [f"lars@{day}" for day in range(8)]
+        results = [r for log in LOGS for r in worlds.import_file(DEMO / log)]
+    assert dict(manifest.worlds) == {f"{r.persona}@{r.day}": r.world_hash for r in results}
+    assert list(manifest.worlds) == ([f"lars@{day}" for day in range(8)]
+                                     + [f"nora@{day}" for day in range(2)])
     # The tasks were written for the worlds the pack's log builds.
     for task in load_pack("demo").tasks:
         spec = json.loads((DEMO / "tasks" / task / "task.json").read_text())
@@ -329,10 +332,11 @@ def test_round_trip_onto_a_fresh_store(store_location: str, cache_dir: Path, tmp
     installed = tmp_path / "installed"
     with Worlds.open(store_location, cache_dir) as worlds:
         done = import_pack(worlds, copy_archive, installed)
-        assert (done.days_imported, done.days_skipped) == (8, 0)
+        assert (done.days_imported, done.days_skipped) == (DAYS, 0)
         assert done.pack == load_pack(COPY, installed)
         assert not done.pack.shipped and done.pack.root == (installed / COPY).resolve()
-        stored = {f"lars@{d.day}": d.world_hash for d in worlds.store.days("lars")}
+        stored = {f"{persona}@{d.day}": d.world_hash for persona in ("lars", "nora")
+                  for d in worlds.store.days(persona)}
         assert stored == dict(done.manifest.worlds)
         source = copy_archive.parent / "src" / COPY
         assert pack_files(installed / COPY) == pack_files(source) == list(done.manifest.files)
@@ -343,7 +347,7 @@ def test_round_trip_onto_a_fresh_store(store_location: str, cache_dir: Path, tmp
         # Importing it again is a no-op that says so.
         before = _state(worlds, installed)
         again = import_pack(worlds, copy_archive, installed)
-        assert (again.days_imported, again.days_skipped) == (0, 8)
+        assert (again.days_imported, again.days_skipped) == (0, DAYS)
         assert _state(worlds, installed) == before
 
 
@@ -353,7 +357,7 @@ def test_importing_the_shipped_demo_imports_its_world_and_unpacks_nothing(
     export_pack(exporter, load_pack("demo"), archive)
     with Worlds.open(store_location, cache_dir) as worlds:
         done = import_pack(worlds, archive, tmp_path / "installed")
-        assert (done.days_imported, done.days_skipped) == (8, 0)
+        assert (done.days_imported, done.days_skipped) == (DAYS, 0)
         assert done.pack.shipped and done.pack.root == DEMO
         assert not (tmp_path / "installed").exists()
         assert [d.day for d in worlds.store.days("lars")] == list(range(8))
@@ -571,4 +575,4 @@ def test_a_store_holding_the_first_days_gets_the_rest(tmp_path: Path, copy_archi
                                   or b'"day":1,' in line))
     assert [r.day for r in target.import_file(part)] == [0, 1]
     done = import_pack(target, copy_archive, tmp_path / "installed")
-    assert (done.days_imported, done.days_skipped) == (6, 2)
+    assert (done.days_imported, done.days_skipped) == (DAYS - 2, 2)

@@ -1,28 +1,49 @@
 """``worldctl ui`` (worldctl/ui.py): the read-only web view over a real store holding the
 bundled demo world and a stored episode, served by a real uvicorn on a loopback port, read
-with real HTTP requests (pages, search, paging, files, images, diffs, episodes, refusals,
-the token) and rendered by headless Chromium from Debian's package (each main page's
-screenshot exists and has a size, and its DOM says what the page is about)."""
+with real HTTP requests (pages, search, paging, files, images, diffs of days and of a
+checkout, episodes, tasks with gate reports written by ``worldctl task check --report``,
+eval runs made by ``worldctl eval run`` and ``eval report``, refusals, the token) and
+loaded in headless Chromium from Debian's package over the DevTools protocol (tests/cdp.py:
+each main page loads with no console error and no failed resource, its screenshot exists
+and has a size, and its DOM says what the page is about)."""
 
 from __future__ import annotations
 
 import html
 import http.client
+import json
+import os
 import shutil
-import subprocess
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 from asgi_server import served
+from cdp import Browser
+from cli_harness import invoke, refused
 
-from envs.episodes_store import save_episode
+from envs.episodes_store import load_episode, save_episode
 from envs.instance import Environment
+from gates.contract import GateReport, GateResult, to_json
 from packs.registry import load_pack
 from replay.engine import Worlds
-from worldctl.ui import PAGE_ROWS, WorldsUI
+from replay.hashing import hash_world
+from synth.tasks import TaskRecord
+from worldctl.ui import PAGE_ROWS, WorldsUI, synth_records, task_index
+
+DEMO = load_pack("demo")
+CHECKED = "nordlys-cart-vs-bom"  # the task with gate reports (see `site`)
+RECORDED = "mats-work-order"  # the task whose report is a synthesis run's task record
+EVALUATED = ("nordlys-delivery-checklist", "sagene-easter-quote")  # the eval run's tasks
+# The store holds the demo's first world, Lars's; the pack's other tasks are on worlds it
+# lacks.
+LARS = [name for name in DEMO.tasks
+        if json.loads((DEMO.task_dir(name) / "task.json").read_text())["world"].startswith(
+            "lars@")]
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00"
        b"\x00\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\xcf\xc0\x00\x00\x03\x01\x01\x00\xc9\xfe"
@@ -36,16 +57,82 @@ def on_port(app: WorldsUI) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worlds, str]]:
-    root = tmp_path_factory.mktemp("ui")
-    with Worlds.open(root / "store") as worlds:
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ui") / "store"
+
+
+@pytest.fixture(scope="module")
+def store(store_dir: Path) -> Iterator[tuple[Worlds, str]]:
+    with Worlds.open(store_dir) as worlds:
         worlds.import_file(load_pack("demo").worlds[0])
         with Environment(worlds) as env, env.open("lars@7") as instance:
             instance.call_tool("notes_create_note", {"notebook_id": 1, "title": "UI check",
                                                      "body": "<script>alert(1)</script>"})
             instance.shell("printf 'hello\\n' > hello.txt")
+            instance.gui("open", {"url": "/shop/cart"})  # a GUI call with its screenshot
             episode_id = save_episode(worlds, instance)
         yield worlds, episode_id
+
+
+@dataclass(frozen=True)
+class Site:
+    """What the UI is given beside the store, all made by the real commands."""
+
+    worlds: Worlds
+    episode_id: str
+    reports: Path  # gate reports, as `worldctl task check --report` writes them
+    runs: Path  # eval runs: ref (finished, reported), half (killed early), broken
+    checkout: Path  # lars@3 checked out, a workspace file added and one edited by hand
+
+    def app(self, *, tasks: dict[str, Path] | None = None) -> WorldsUI:
+        return WorldsUI(self.worlds, tasks=task_index(()) if tasks is None else tasks,
+                        reports=[self.reports], runs=[self.runs])
+
+
+@pytest.fixture(scope="module")
+def site(store: tuple[Worlds, str], store_dir: Path) -> Site:
+    worlds, episode_id = store
+    root = store_dir.parent
+    reports, runs = root / "reports", root / "runs"
+    (reports / "older").mkdir(parents=True)
+    checked = invoke("--store", str(store_dir), "task", "check", str(DEMO.task_dir(CHECKED)),
+                     "--report", str(reports / f"{CHECKED}.json"))
+    assert checked.exit_code == 0, checked.output
+    # An older report of the same task that was rejected: the accepted one is the latest.
+    older = GateReport(task_id=CHECKED, accepted=False, rounds=[[GateResult(
+        gate="solvability", status="failed", reason="reference_fails")]])
+    (reports / "older" / "first-try.json").write_bytes(to_json(older))
+    os.utime(reports / "older" / "first-try.json", (1_000_000_000, 1_000_000_000))
+    (reports / "lars").mkdir()
+    (reports / "lars" / f"{RECORDED}.json").write_bytes(msgspec.json.encode(record(RECORDED)))
+    (reports / "notes.json").write_text('{"not": "a report"}')  # passed over
+    (reports / "older" / "broken.json").write_text("{")  # passed over too
+    ran = invoke("--store", str(store_dir), "eval", "run",
+                 *(str(DEMO.task_dir(name)) for name in EVALUATED), "--agent",
+                 "scripted:reference", "-k", "2", "--out", str(runs / "ref"))
+    assert ran.exit_code == 0, ran.output
+    assert invoke("eval", "report", str(runs / "ref")).exit_code == 0
+    (runs / "half" / "trials").mkdir(parents=True)
+    shutil.copy(runs / "ref" / "run.json", runs / "half" / "run.json")
+    (runs / "broken").mkdir()
+    (runs / "broken" / "run.json").write_text("{}")
+    checkout = root / "lars3"
+    worlds.checkout("lars@3", checkout)
+    (checkout / "workspace" / "by-hand.txt").write_text("added by hand\n")
+    with (checkout / "workspace" / "jobs" / "nordlys" / "bom.md").open("a") as bom:
+        bom.write("edited by hand\n")
+    return Site(worlds, episode_id, reports, runs, checkout)
+
+
+def record(task_id: str) -> TaskRecord:
+    """The record `synth tasks` keeps of a task the gates rejected (RUN/tasks/<persona>/)."""
+    return TaskRecord(
+        task_id=task_id, persona="lars", day=4, slot=0, round=0, rank=0, asked="hard",
+        instruction="Do the thing.", proposal="accepted", candidates=3, diversity="claimed",
+        nearest=None, cosine=None, revisions=0, accepted=False, difficulty=None, tokens=0,
+        notes=[], rounds=[[{"gate": "judge_consistency", "status": "passed", "reason": "ok"},
+                           {"gate": "difficulty", "status": "failed",
+                            "reason": "too_easy"}]])
 
 
 def get(port: int, path: str, headers: dict[str, str] | None = None
@@ -154,27 +241,221 @@ def test_loopback_only_without_a_token_and_the_token_when_given(
         assert get(port, "/p/lars", {"Cookie": "ui_token=s3cret"})[0] == 200
 
 
+def test_tasks_with_their_artifacts_and_latest_gate_report(site: Site) -> None:
+    with on_port(site.app()) as port:
+        listed = get(port, "/tasks")[2].decode()
+        for name in DEMO.tasks:
+            assert f'href="/tasks/{name}"' in listed
+        assert listed.count("<span class=ok>in the store</span>") == len(LARS)
+        assert listed.count("not in the store") == len(DEMO.tasks) - len(LARS)
+        assert 'href="/p/lars/3"' in listed  # the start world, under the hash it pins
+        assert "ACCEPTED (hard)" in listed  # the latest report, not the older one
+        assert "REJECTED" in listed  # the synthesis run's record of RECORDED
+        assert listed.count("none found") == len(DEMO.tasks) - 2
+        assert str(site.reports) in listed
+        page = get(port, f"/tasks/{CHECKED}")[2].decode()
+        task = DEMO.task_dir(CHECKED)
+        spec = json.loads((task / "task.json").read_text())
+        assert html.escape(spec["instruction"]) in page
+        for subtask in spec["subtasks"]:
+            assert html.escape(subtask["description"]) in page
+        assert html.escape((task / "hint.md").read_text()) in page
+        assert html.escape((task / "rubric.md").read_text()) in page
+        for step in json.loads((task / "solution.json").read_text())["steps"]:
+            assert html.escape(step.get("tool") or step.get("command") or step["text"]) in page
+        for script in ("answer.py", "cart.py", "report.py"):
+            source = (task / "verifier" / script).read_text()
+            assert f"{script} <span class=muted>(script)</span>" in page
+            assert html.escape(source) in page  # the source, escaped
+        assert f"{CHECKED}.json" in page and "first-try.json" not in page
+        assert "solvability" in page and "<details><summary>evidence" in page
+        assert "scripted:" in page  # the rollouts task check stored, as episodes
+        assert "<script" not in page.lower()
+        recorded = get(port, f"/tasks/{RECORDED}")[2].decode()
+        assert "REJECTED" in recorded and "too_easy" in recorded
+        bare = get(port, "/tasks/sagene-easter-quote")[2].decode()
+        assert "No gate report found." in bare and str(site.reports) in bare
+
+
+def test_a_task_whose_world_the_store_lacks_or_holds_otherwise(site: Site,
+                                                             tmp_path: Path) -> None:
+    other, missing = tmp_path / "other", tmp_path / "missing"
+    for folder, change in ((other, {"world_hash": "0" * 32}), (missing, {"world": "nobody@0"})):
+        shutil.copytree(DEMO.task_dir(CHECKED), folder)
+        spec = json.loads((folder / "task.json").read_text())
+        spec.update(change, task_id=folder.name)
+        (folder / "task.json").write_text(json.dumps(spec))
+    tasks = task_index([str(tmp_path)])
+    assert sorted(tasks) == ["missing", "other"]
+    with on_port(site.app(tasks=tasks)) as port:
+        listed = get(port, "/tasks")[2].decode()
+        assert "not in the store" in listed and "in the store under another hash" in listed
+        assert site.worlds.record("lars@3").world_hash in listed
+        assert get(port, "/tasks/missing")[0] == 200
+        assert get(port, f"/tasks/{CHECKED}")[0] == 404  # only the tasks it was given
+        (missing / "hint.md").unlink()  # broken since the UI started: said, not a crash
+        assert "error: " in get(port, "/tasks")[2].decode()
+        status, _, body, _ = get(port, "/tasks/missing")
+        assert status == 400 and "hint.md" in body.decode()
+
+
+def test_tasks_of_a_synthesis_run_find_its_task_records(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    shutil.copytree(DEMO.task_dir(RECORDED), run / "pack" / "run" / "tasks" / RECORDED)
+    (run / "tasks" / "lars").mkdir(parents=True)
+    (run / "tasks" / "lars" / f"{RECORDED}.json").write_bytes(
+        msgspec.json.encode(record(RECORDED)))
+    tasks = task_index([str(run / "pack" / "run" / "tasks")])
+    assert synth_records(tasks.values()) == [(run / "tasks").resolve()]
+    assert synth_records(task_index(()).values()) == []  # the shipped pack is no run's
+
+
+def test_eval_runs_and_their_reports(site: Site) -> None:
+    with on_port(site.app()) as port:
+        listed = get(port, "/runs")[2].decode()
+        assert 'href="/runs/ref"' in listed and 'href="/runs/ref/report.html"' in listed
+        assert "scripted:reference" in listed and "not finished" in listed
+        assert "error: " in listed and "broken" in listed  # its row says what is wrong
+        run = get(port, "/runs/ref")[2].decode()
+        results = json.loads((site.runs / "ref" / "results.json").read_text())
+        assert results["run"]["run_id"] in run and "success_rate" in run
+        for task in results["tasks"]:
+            assert f'href="/tasks/{task["task_id"]}"' in run
+            for trial in task["trials"]:
+                assert f'href="/episodes/{trial["episode_id"]}"' in run
+        assert 'href="/runs/ref/report.md"' in run and "older than" not in run
+        status, kind, body, headers = get(port, "/runs/ref/report.html")
+        assert (status, kind) == (200, "text/html; charset=utf-8")
+        assert body == (site.runs / "ref" / "report.html").read_bytes()
+        policy = headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "sandbox" in policy
+        md = get(port, "/runs/ref/report.md")
+        assert md[1] == "text/plain; charset=utf-8" and md[2].startswith(b"#")
+        half = get(port, "/runs/half")[2].decode()
+        assert "Not finished" in half and "0 trial files" in half
+
+
+def test_diff_of_a_day_and_a_checkout(site: Site) -> None:
+    path = urllib.parse.quote(str(site.checkout))
+    with on_port(site.app()) as port:
+        forward = get(port, f"/diff?a=lars@3&b={path}")[2].decode()
+        assert hash_world(site.checkout) in forward
+        assert site.worlds.record("lars@3").world_hash in forward
+        assert "<td>by-hand.txt</td><td>added</td>" in forward
+        assert "<td>jobs/nordlys/bom.md</td><td>changed</td>" in forward
+        assert "+edited by hand" in forward  # the unified diff of the text file
+        backward = get(port, f"/diff?a={path}&b=lars@3")[2].decode()
+        assert "<td>by-hand.txt</td><td>removed</td>" in backward
+        assert "-edited by hand" in backward
+        assert 'placeholder="/path/to/checkout"' in get(port, "/p/lars")[2].decode()
+
+
+@pytest.mark.parametrize(("path", "status", "says"), [
+    ("/tasks/nope", 404, "no task 'nope'"),
+    ("/tasks/a/b", 404, "no page 'tasks/a/b'"),
+    ("/runs/nope", 404, "no eval run 'nope'"),
+    ("/runs/broken", 400, "run.json: not a run file"),
+    ("/runs/half/report.html", 404, "no report.html in"),
+    ("/diff?a=lars@3&b=/nonexistent/lars3", 400, "/nonexistent/lars3: not a directory"),
+    ("/diff?a={runs}&b=lars@3", 400, "{runs}: not a world checkout"),
+    ("/diff?a=lars@3&b={runs}/ref", 400, "{runs}/ref: not a world checkout"),
+])
+def test_refusals_of_tasks_runs_and_checkouts(site: Site, path: str, status: int,
+                                              says: str) -> None:
+    runs = str(site.runs)
+    with on_port(site.app()) as port:
+        got, _, body, _ = get(port, path.replace("{runs}", urllib.parse.quote(runs)))
+    text = html.unescape(body.decode())
+    assert got == status, text
+    assert "<p>error: " in text and says.replace("{runs}", runs) in text
+
+
+def test_the_command_refuses_bad_sources(store_dir: Path, tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    line = refused(invoke("--store", str(store_dir), "ui", "--tasks", str(nowhere)))
+    assert str(nowhere) in line
+    line = refused(invoke("--store", str(store_dir), "ui", "--runs", str(nowhere)))
+    assert "--runs" in line and str(nowhere) in line
+    line = refused(invoke("--store", str(store_dir), "ui", "--reports", str(nowhere)))
+    assert "--reports" in line and str(nowhere) in line
+    twin = tmp_path / "twin"
+    shutil.copytree(DEMO.task_dir(CHECKED), twin)
+    line = refused(invoke("--store", str(store_dir), "ui", "--tasks", "demo", "--tasks",
+                          str(twin)))
+    assert f"task id '{CHECKED}' is in both" in line and str(twin) in line
+    assert sorted(task_index(())) == sorted(DEMO.tasks)  # no --tasks: every pack's
+
+
+# --- headless Chromium --------------------------------------------------------------------
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None,
+                                    reason="no Chromium (apt-get install chromium)")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install chromium)")
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    assert CHROMIUM is not None
+    with Browser(CHROMIUM, tmp_path_factory.mktemp("chromium")) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def site_port(site: Site) -> Iterator[int]:
+    with on_port(site.app()) as port:
+        yield port
+
+
+@needs_chromium
+def test_the_console_check_sees_what_goes_wrong(browser: Browser, site_port: int) -> None:
+    # A page of the test's own, not the UI's: it logs an error, throws, and loads an
+    # image the UI answers 404 for; all three must be reported, or the check sees nothing.
+    # So must a page the UI answers with an error.
+    page = ("<p>broken</p><script>console.error('logged'); missing.call()</script>"
+            f'<img src="http://127.0.0.1:{site_port}/raw/lars/7/nothing.png">')
+    found = browser.load("data:text/html," + urllib.parse.quote(page))
+    text = "\n".join(found.problems)
+    assert "console.error: logged" in text and "missing is not defined" in text
+    assert any(p.startswith("failed to load") and "nothing.png" in p for p in found.problems)
+    refused = browser.load(f"http://127.0.0.1:{site_port}/tasks/nope")  # a page of errors
+    assert any(p.startswith("HTTP 404") for p in refused.problems), refused.problems
+
+
+@needs_chromium
 @pytest.mark.parametrize(("path", "text"), [
     ("/", "persona"), ("/p/lars", "world hash"), ("/p/lars/7", "Workspace"),
     ("/p/lars/7/t/shop/orders", "page 1 of 1"), ("/diff?a=lars@6&b=lars@7", "Files"),
+    ("/p/lars/7/f/img/rack-label.png", "raw"), ("/episodes", "episode"),
+    ("/tasks", "gate report"), (f"/tasks/{CHECKED}", "Reference solution"),
+    ("/runs", "avg reward"), ("/runs/ref", "success_rate"),
+    ("/runs/ref/report.html", "Evaluation of scripted:reference"),
+    ("/diff?a=lars@3&b={checkout}", "by-hand.txt"),
 ])
-def test_headless_chromium_renders_the_main_pages(store: tuple[Worlds, str], tmp_path: Path,
-                                                  path: str, text: str) -> None:
-    worlds, _ = store
-    assert CHROMIUM is not None
+def test_headless_chromium_loads_the_main_pages_cleanly(
+        browser: Browser, site: Site, site_port: int, tmp_path: Path, path: str,
+        text: str) -> None:
+    path = path.replace("{checkout}", str(site.checkout))
+    url = f"http://127.0.0.1:{site_port}{urllib.parse.quote(path, safe='/?=&@')}"
+    loaded = browser.load(url)
+    assert loaded.problems == [], loaded.problems
     shot = tmp_path / "page.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"]
+    shot.write_bytes(loaded.screenshot)
+    assert shot.stat().st_size > 5000 and shot.read_bytes().startswith(b"\x89PNG")
+    assert text in loaded.dom
+    if not path.endswith("report.html"):
+        assert "agent-worlds" in loaded.dom
+
+
+def test_an_episode_shows_its_gui_screenshots(store: tuple[Worlds, str]) -> None:
+    worlds, episode_id = store
     with on_port(WorldsUI(worlds)) as port:
-        url = f"http://127.0.0.1:{port}{urllib.parse.quote(path, safe='/?=&@')}"
-        subprocess.run([CHROMIUM, *flags, "--window-size=1280,900", f"--screenshot={shot}",
-                        url], capture_output=True, timeout=120, check=False)
-        dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True,
-                             timeout=120, check=False, text=True).stdout
-    assert shot.is_file() and shot.stat().st_size > 5000
-    assert shot.read_bytes().startswith(b"\x89PNG")
-    assert "agent-worlds" in dom and text in dom
+        page = get(port, f"/episodes/{episode_id}")[2].decode()
+        assert "gui: open /shop/cart" in page
+        digest = page.split(f"/episodes/{episode_id}/screenshots/")[1].split('"')[0]
+        status, kind, body, _headers = get(port, f"/episodes/{episode_id}/screenshots/{digest}")
+        assert (status, kind) == (200, "image/png") and body.startswith(b"\x89PNG")
+        assert body == load_episode(worlds, episode_id).screenshots[digest]
+        status, _kind, body, _headers = get(port, f"/episodes/{episode_id}/screenshots/0000")
+        assert status == 404 and "keeps no screenshot" in body.decode()

@@ -157,9 +157,10 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
           task_sources: tuple[str, ...], max_steps: int) -> None:
     """Serve instances of the stored worlds to agents over HTTP.
 
-    REST at /instances (shell, answer, grade, close), MCP (streamable HTTP) at
-    /instances/<id>/mcp, OpenEnv reset/step/state at /instances/<id>/openenv. Every
-    instance's episode is stored when it is closed or reset.
+    REST at /instances (shell, answer, GUI actions, grade, close), MCP (streamable HTTP)
+    at /instances/<id>/mcp, OpenEnv reset/step/state at /instances/<id>/openenv, and the
+    web pages of an instance with the GUI at /instances/<id>/gui/. Every instance's
+    episode is stored when it is closed or reset.
     """
     try:
         from envs.gateway import check_bind
