@@ -5,7 +5,11 @@ A script is a JSON file (packs ship them under ``episodes/``)::
 
     {"world": "lars@7",
      "calls": [{"tool": "shop_get_order", "arguments": {"order_number": "AVL-2026-10533"}},
-               {"shell": "wc -l < inventory/gear.csv"}]}
+               {"shell": "wc -l < inventory/gear.csv"},
+               {"gui": "open", "arguments": {"url": "/shop/orders"}}]}
+
+A ``gui`` step is a GUI action in the instance's browser (``envs.gui``), called as its
+``gui_`` tool through the same MCP client.
 
 ``run_scripted_episode`` is the demo's episode: open the world, play the script, store the
 episode and verify it by replay.
@@ -26,8 +30,9 @@ from fastmcp import Client
 from envs.checker import Call
 from envs.episodes_store import save_episode, verify_episode
 from envs.errors import SandboxError
+from envs.gui import GUI_ACTIONS, gui_tool_action
 from envs.instance import Environment, Instance
-from envs.mcp import instance_server
+from envs.mcp import gui_caller, instance_server
 from replay.diff import WorldDiff
 from replay.engine import Worlds, ref_is_stable
 from worldstore.errors import InputError
@@ -38,11 +43,13 @@ _CLIP = 120  # characters of a response shown per line
 
 @dataclass(frozen=True)
 class ScriptedCall:
-    """One step: a tool call (`tool` with `arguments`) or a shell command (`shell`)."""
+    """One step: a tool call (`tool` with `arguments`), a shell command (`shell`) or a GUI
+    action (`gui` with `arguments`)."""
 
     tool: str | None
     arguments: Mapping[str, Any]
     shell: str | None
+    gui: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,12 +62,14 @@ class ScriptedEpisode:
     diff: WorldDiff  # the instance against its snapshot
     lines: list[str]  # one per call, then the verification's message
     shell_skipped: str | None  # why shell steps were skipped (no sandbox), if they were
+    gui_skipped: str | None = None  # why GUI steps were skipped (no browser), if they were
 
 
 class _CallSpec(msgspec.Struct, forbid_unknown_fields=True):
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     shell: str | None = None
+    gui: str | None = None
 
 
 class _ScriptSpec(msgspec.Struct, forbid_unknown_fields=True):
@@ -82,14 +91,12 @@ def load_script(path: Path) -> tuple[str, list[ScriptedCall]]:
 def play_script(instance: Instance, calls: Sequence[ScriptedCall]) -> list[str]:
     """Play `calls` on `instance`; one line per call. Without a usable sandbox a shell
     step is skipped (its line says so and why) and the rest still run."""
-    lines, _skipped = asyncio.run(_play(instance, calls))
-    return lines
+    return asyncio.run(_play(instance, calls)).lines
 
 
 async def aplay_script(instance: Instance, calls: Sequence[ScriptedCall]) -> list[str]:
     """play_script for callers already in an event loop."""
-    lines, _skipped = await _play(instance, calls)
-    return lines
+    return (await _play(instance, calls)).lines
 
 
 def run_scripted_episode(worlds: Worlds, script: Path, *, ref: str | None = None
@@ -98,16 +105,20 @@ def run_scripted_episode(worlds: Worlds, script: Path, *, ref: str | None = None
     replaying its effects onto a fresh mount."""
     world, calls = load_script(script)
     with Environment(worlds) as environment, environment.open(ref or world) as instance:
-        lines, skipped = asyncio.run(_play(instance, calls))
+        played = asyncio.run(_play(instance, calls))
         final = instance.hash()
         diff = instance.diff()
         episode_id = save_episode(worlds, instance)
     ok, message = verify_episode(worlds, episode_id)
-    return ScriptedEpisode(episode_id, final, ok, diff, [*lines, message], skipped)
+    return ScriptedEpisode(episode_id, final, ok, diff, [*played.lines, message],
+                           played.shell_skipped, played.gui_skipped)
 
 
 def as_checker_calls(calls: Sequence[ScriptedCall]) -> list[Call]:
     """The calls in the determinism checker's form (tool "shell" runs a command)."""
+    if any(c.gui is not None for c in calls):
+        raise InputError("the determinism checker plays tool and shell steps only; this "
+                         "script has GUI steps")
     return [("shell", {"command": c.shell}) if c.shell is not None
             else (str(c.tool), dict(c.arguments)) for c in calls]
 
@@ -115,11 +126,17 @@ def as_checker_calls(calls: Sequence[ScriptedCall]) -> list[Call]:
 # --- internals ----------------------------------------------------------------------------
 
 
-async def _play(instance: Instance, calls: Sequence[ScriptedCall]
-                ) -> tuple[list[str], str | None]:
-    lines: list[str] = []
-    skipped: str | None = None
-    async with Client(instance_server(instance)) as client:
+@dataclass
+class _Played:
+    lines: list[str]
+    shell_skipped: str | None = None
+    gui_skipped: str | None = None
+
+
+async def _play(instance: Instance, calls: Sequence[ScriptedCall]) -> _Played:
+    played = _Played([])
+    gui = gui_caller(instance) if any(c.gui is not None for c in calls) else None
+    async with Client(instance_server(instance, gui=gui)) as client:
         for call in calls:
             if call.shell is not None:
                 try:
@@ -127,29 +144,40 @@ async def _play(instance: Instance, calls: Sequence[ScriptedCall]
                 except SandboxError as exc:
                     # No sandbox here (or one that refuses the command): the tool steps
                     # still show what they would, and the caller is told why.
-                    skipped = f"shell steps skipped: {exc}"
-                    lines.append(f"$ {call.shell}  -> SKIPPED: {exc}")
+                    played.shell_skipped = f"shell steps skipped: {exc}"
+                    played.lines.append(f"$ {call.shell}  -> SKIPPED: {exc}")
                     continue
-                lines.append(f"$ {call.shell}  -> exit {ran.exit_code}: "
-                             f"{ran.stdout.strip()[:_CLIP]}")
+                played.lines.append(f"$ {call.shell}  -> exit {ran.exit_code}: "
+                                    f"{ran.stdout.strip()[:_CLIP]}")
                 continue
-            assert call.tool is not None  # load_script: exactly one of tool and shell
+            name = f"gui_{call.gui}" if call.gui is not None else str(call.tool)
             arguments = dict(call.arguments)
-            result = await client.call_tool(call.tool, arguments, raise_on_error=False)
+            result = await client.call_tool(name, arguments, raise_on_error=False)
             text = "".join(getattr(c, "text", "") for c in result.content)
-            lines.append(f"mcp {call.tool} {arguments} -> "
-                         f"{'ERROR ' if result.is_error else ''}{text[:_CLIP]}")
-    return lines, skipped
-
-
+            if call.gui is not None and result.is_error and "the browser failed" in text:
+                played.gui_skipped = f"GUI steps skipped: {text.splitlines()[-1]}"
+                played.lines.append(f"gui {call.gui} {arguments} -> SKIPPED: {text[:_CLIP]}")
+                continue
+            images = sum(1 for c in result.content if getattr(c, "type", "") == "image")
+            shown = text.replace("\n", " | ")[:_CLIP] + (" [+ screenshot]" if images else "")
+            kind = "gui" if call.gui is not None else "mcp"
+            played.lines.append(f"{kind} {name} {arguments} -> "
+                                f"{'ERROR ' if result.is_error else ''}{shown}")
+    return played
 
 
 def _call(path: Path, index: int, spec: _CallSpec) -> ScriptedCall:
     def bad(message: str, field: str) -> InputError:
         return InputError(message, file=str(path), field=f"calls[{index}]{field}")
 
-    if (spec.tool is None) == (spec.shell is None):
-        raise bad("a call has exactly one of 'tool' and 'shell'", "")
+    if sum(x is not None for x in (spec.tool, spec.shell, spec.gui)) != 1:
+        raise bad("a call has exactly one of 'tool', 'shell' and 'gui'", "")
+    if spec.gui is not None:
+        if gui_tool_action(f"gui_{spec.gui}") is None:
+            raise bad(f"{spec.gui!r} is not a GUI action (one of {', '.join(GUI_ACTIONS)})",
+                      ".gui")
+        return ScriptedCall(tool=None, arguments=MappingProxyType(dict(spec.arguments or {})),
+                            shell=None, gui=spec.gui)
     if spec.shell is not None:
         if spec.arguments is not None:
             raise bad("a shell step takes no arguments", ".arguments")

@@ -1,10 +1,21 @@
 """The LLM agent: a model works an instance through native tool calls.
 
 The model is offered the instance's MCP tools, a ``shell`` tool (a command in the
-workspace, in the sandbox) and an ``answer`` tool that ends the rollout. Each model call is
-one *step*; each tool call it makes becomes one ``TurnRecord`` (a step may make several,
-executed in order). The step's text, thinking included, is the reasoning of every turn
-it produced.
+workspace, in the sandbox) and an ``answer`` tool that ends the rollout; when the task
+declares the ``gui`` interface, also the GUI tools of ``envs.gui`` (``gui_open``,
+``gui_read``, ``gui_click``, ...: the instance's web pages in a real browser), and a system
+prompt that says so (``GUI_SYSTEM_PROMPT``). Each model call is one *step*; each tool call
+it makes becomes one ``TurnRecord`` (a step may make several, executed in order; a GUI
+call is a ``GuiStep`` whose turn carries its screenshot's digest). The step's text,
+thinking included, is the reasoning of every turn it produced.
+
+Screenshots: tool results are text in OpenAI's format, so a step with GUI calls is
+followed by one user message with the screenshot its last GUI call took, an
+``image_url`` content part (``data:image/png;base64,...``) beside a caption (the page's
+title and path). Only the most recent screenshot in the context is sent as an image; each
+older one becomes its caption alone, in brackets (``screenshot_note``), which bounds the
+context to one image. The trainers, which show no images (``rl.world``, ``rl.sft``), put
+that same note where every screenshot would be.
 
 History window (AWM): the model sees the system prompt, the task and only the ``window``
 most recent steps (3 in training, 10 at evaluation), each step with its tool results, so a
@@ -17,13 +28,14 @@ sees why and can recover. Such a turn is a ``ToolStep`` naming the tool as the m
 wrote it. Argument errors the instance itself finds (schema, refusals) come back from the
 instance as error results.
 
-Meta-tool mode (``mode="meta"``, AWM's protocol): the model is offered only AWM's two
-meta-tools and ``answer``: ``list_tools`` (every tool's name, description and input
-schema, as JSON) and ``call_tool(tool_name, arguments)``, which calls the named tool on the
-instance (``arguments`` a JSON object or its text). Their turns are ``ToolStep``s named
-``list_tools`` and ``call_tool`` with the arguments as the model wrote them, so
-``gates.rewards.awm_steps`` reads them as AWM steps; nothing enforces AWM's format rules
-here (``list_tools`` once and first): the format validator judges them afterwards.
+Meta-tool mode (``mode="meta"``, AWM's protocol, never with GUI tools): the model is
+offered only AWM's two meta-tools and ``answer``: ``list_tools`` (every tool's name,
+description and input schema, as JSON) and ``call_tool(tool_name, arguments)``, which
+calls the named tool on the instance (``arguments`` a JSON object or its text). Their
+turns are ``ToolStep``s named ``list_tools`` and ``call_tool`` with the arguments as the
+model wrote them, so ``gates.rewards.awm_steps`` reads them as AWM steps; nothing enforces
+AWM's format rules here (``list_tools`` once and first): the format validator judges them
+afterwards.
 
 Unrecoverable format failure (``Trajectory.format_error``, ``stopped="format_error"``):
 ``MAX_INVALID_STEPS`` steps in a row in which no call could be executed (no call at all,
@@ -34,15 +46,25 @@ rollout did not happen, and the caller reports it as not run or retries it.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envs.contract import ToolInfo
+from envs.gui import GUI_TOOLS, gui_tool_action
 from envs.instance import Instance
 from gates.agents import take_step
-from gates.contract import AnswerStep, ShellStep, Step, ToolStep, Trajectory, TurnRecord
+from gates.contract import (
+    AnswerStep,
+    GuiStep,
+    ShellStep,
+    Step,
+    ToolStep,
+    Trajectory,
+    TurnRecord,
+)
 from gates.task import Task
 from llm.client import (
     Completion,
@@ -70,6 +92,15 @@ service. You act only through the tools offered:
 - `answer` gives your final answer and ends the task; call it once, when you are done.
 Before each tool call, think step by step inside <thinking>...</thinking>. Do exactly what \
 the task asks, nothing more, and check your work before you answer."""
+
+_MCP_LINE = ("- the services' tools (MCP) read and change the user's apps (chat, shop, "
+             "calendar, notes...);\n")
+_GUI_LINE = ("- the `gui_` tools work the same apps' web pages in a browser: `gui_open` opens "
+             "a page (/ lists the apps), `gui_read` gives its text with numbered elements, "
+             "`gui_click`, `gui_type`, `gui_key` and `gui_scroll` act on it; after each, the "
+             "page's latest screenshot is shown to you when images can be shown;\n")
+assert _MCP_LINE in SYSTEM_PROMPT
+GUI_SYSTEM_PROMPT = SYSTEM_PROMPT.replace(_MCP_LINE, _MCP_LINE + _GUI_LINE)
 
 META_SYSTEM_PROMPT = """\
 You are an agent working in a user's application environment; the user is logged in. You \
@@ -122,8 +153,15 @@ class LLMAgent:
         self.max_tokens = max_tokens
 
     def run(self, instance: Instance, task: Task, *, hinted: bool) -> Trajectory:
-        rollout = _Rollout(self, instance, task.instruction(hinted=hinted))
+        rollout = _Rollout(self, instance, task.instruction(hinted=hinted),
+                           gui=self.mode == "tools" and offers_gui(task))
         return rollout.run()
+
+    def prompt(self, *, gui: bool) -> str:
+        """The system prompt of a rollout: the GUI one when GUI tools are offered and the
+        agent was given no prompt of its own."""
+        return GUI_SYSTEM_PROMPT if gui and self.system_prompt == SYSTEM_PROMPT \
+            else self.system_prompt
 
 
 @dataclass
@@ -131,15 +169,18 @@ class _Rollout:
     agent: LLMAgent
     instance: Instance
     instruction: str
+    gui: bool = False  # the GUI tools are offered (tools mode, a task declaring gui)
     trajectory: Trajectory = field(default_factory=lambda: Trajectory(turns=[]))
     steps: list[list[Message]] = field(default_factory=list)  # each: assistant + results
+    # per step: the caption and PNG of the screenshot its last GUI call took, if any
+    shots: list[tuple[str, bytes] | None] = field(default_factory=list)
     invalid_in_a_row: int = 0
     last_problem: str = ""
 
     def run(self) -> Trajectory:
         infos = self.instance.list_tools()
-        tools = [*(mcp_tool(t) for t in infos), SHELL_TOOL, ANSWER_TOOL]
-        known = {t.name for t in infos} | {SHELL, ANSWER}
+        tools = tool_schemas(infos, gui=self.gui)
+        known = {t["function"]["name"] for t in tools}
         if self.agent.mode == "meta":
             tools, known = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL], {
                 LIST_TOOLS, CALL_TOOL, ANSWER}
@@ -168,16 +209,26 @@ class _Rollout:
             trajectory.cost = (trajectory.cost or 0.0) + completion.cost
 
     def _context(self) -> list[Message]:
-        recent = self.steps[-self.agent.window:]
-        return [{"role": "system", "content": self.agent.system_prompt},
-                {"role": "user", "content": self.instruction},
-                *(m for step in recent for m in step)]
+        first = max(0, len(self.steps) - self.agent.window)
+        recent = range(first, len(self.steps))
+        latest = max((i for i in recent if self.shots[i] is not None), default=None)
+        messages: list[Message] = [
+            {"role": "system", "content": self.agent.prompt(gui=self.gui)},
+            {"role": "user", "content": self.instruction}]
+        for i in recent:
+            messages.extend(self.steps[i])
+            shot = self.shots[i]
+            if shot is not None:  # the latest screenshot as an image, older ones in words
+                caption, png = shot
+                messages.append(screenshot_message(caption, png if i == latest else None))
+        return messages
 
     def _step(self, completion: Completion, known: set[str]) -> bool:
         """Execute one model step; True when it answered (the rollout is over)."""
         reasoning = _reasoning(completion)
         messages: list[Message] = [assistant_message(completion)]
         self.steps.append(messages)
+        self.shots.append(None)
         if not completion.tool_calls:
             messages.append({"role": "user", "content": NO_CALL_NUDGE})
             self.invalid_in_a_row += 1
@@ -185,8 +236,10 @@ class _Rollout:
             return False
         executed = False
         for call in completion.tool_calls:
-            turn, ran = self._act(call, known, reasoning)
+            turn, ran, png = self._act(call, known, reasoning)
             self.trajectory.turns.append(turn)
+            if isinstance(turn.step, GuiStep) and png is not None:
+                self.shots[-1] = (screenshot_caption(turn.step.action, turn.observation), png)
             executed = executed or ran
             if isinstance(turn.step, AnswerStep):
                 self.trajectory.answer = turn.step.text
@@ -199,8 +252,10 @@ class _Rollout:
         self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
         return False
 
-    def _act(self, call: ToolCall, known: set[str], reasoning: str) -> tuple[TurnRecord, bool]:
-        """The turn for one call, and whether it was executable."""
+    def _act(self, call: ToolCall, known: set[str], reasoning: str
+             ) -> tuple[TurnRecord, bool, bytes | None]:
+        """The turn for one call, whether it was executable, and the screenshot (PNG) a
+        GUI call took."""
         index = len(self.trajectory.turns)
         step_or_problem = parse_call(call.name, call.arguments, known)
         if isinstance(step_or_problem, str):
@@ -208,10 +263,13 @@ class _Rollout:
             refused = TurnRecord(index=index, step=ToolStep(tool=call.name),
                                  observation=f"Not executed: {step_or_problem}",
                                  is_error=True, reasoning=reasoning)
-            return refused, False
+            return refused, False, None
         if isinstance(step_or_problem, ToolStep) and self.agent.mode == "meta":
-            return self._meta(index, step_or_problem, reasoning)
-        return take_step(self.instance, index, step_or_problem, reasoning), True
+            return (*self._meta(index, step_or_problem, reasoning), None)
+        if isinstance(step_or_problem, GuiStep):
+            turn, png = gui_turn(self.instance, index, step_or_problem, reasoning)
+            return turn, True, png
+        return take_step(self.instance, index, step_or_problem, reasoning), True, None
 
     def _meta(self, index: int, step: ToolStep, reasoning: str) -> tuple[TurnRecord, bool]:
         """A meta-tool turn: the catalogue, or the named tool's call on the instance."""
@@ -233,7 +291,11 @@ class _Rollout:
 
 def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step | str:
     """The step a model's call (a tool name and its JSON arguments text) asks for, or
-    why it cannot be executed. The RL agent loop parses its calls with this too."""
+    why it cannot be executed. The RL agent loop parses its calls with this too.
+
+    A known ``gui_*`` tool of ``envs.gui`` is a ``GuiStep`` (the names are the GUI
+    tools'; offered only with them): its arguments must be a JSON object, and the
+    instance checks the rest (an error result, never an exception)."""
     if name not in known:
         return f"there is no tool {name!r}. Valid tools: {', '.join(sorted(known))}"
     try:
@@ -243,6 +305,9 @@ def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step |
                f"{arguments_text[:200]!r}"
     if not isinstance(arguments, dict):
         return f"the arguments of {name!r} must be a JSON object, not {arguments!r:.200}"
+    action = gui_tool_action(name)
+    if action is not None:
+        return GuiStep(action=action, arguments=arguments)
     if name == SHELL:
         return _string_step(arguments, "command", lambda v: ShellStep(command=v), SHELL)
     if name == ANSWER:
@@ -281,6 +346,57 @@ def mcp_tool(info: ToolInfo) -> dict[str, Any]:
                          info.input_schema or {"type": "object", "properties": {}})
 
 
+GUI_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(mcp_tool(t) for t in GUI_TOOLS)
+
+
+def offers_gui(task: Task) -> bool:
+    """Whether a task's agent is offered the GUI tools (it declares the gui interface)."""
+    return "gui" in task.spec.interfaces
+
+
+def tool_schemas(infos: Sequence[ToolInfo], *, gui: bool) -> list[dict[str, Any]]:
+    """What tools mode offers (OpenAI function format), in this order: the instance's MCP
+    tools, the GUI tools when `gui`, ``shell`` and ``answer``. The RL loop and the SFT
+    data offer exactly these."""
+    return [*(mcp_tool(t) for t in infos), *(GUI_TOOL_SCHEMAS if gui else ()), SHELL_TOOL,
+            ANSWER_TOOL]
+
+
+def gui_turn(instance: Instance, index: int, step: GuiStep, reasoning: str = ""
+             ) -> tuple[TurnRecord, bytes | None]:
+    """Execute a GUI step (as ``gates.agents.take_step`` does) and keep its screenshot:
+    the turn, and the PNG the model is shown (None when the action left no page)."""
+    done = instance.gui(step.action, dict(step.arguments))
+    return TurnRecord(index=index, step=step, observation=done.text, is_error=done.is_error,
+                      reasoning=reasoning, screenshot=done.screenshot), done.image
+
+
+def screenshot_caption(action: str, observation: str) -> str:
+    """What a screenshot is of, in words: the GUI tool that took it and the page (the
+    first line of its result, "page: <title> — <path>")."""
+    head = observation.split("\n", 1)[0].strip()
+    page = head if head.startswith("page: ") else "the browser's page"
+    return f"screenshot after gui_{action} — {page}"
+
+
+def screenshot_note(caption: str) -> str:
+    """A screenshot that is not shown as an image (an older one; always, to a trainer
+    that shows no images): its caption, in brackets."""
+    return f"[{caption} (not shown)]"
+
+
+def screenshot_message(caption: str, png: bytes | None) -> Message:
+    """The user message after a GUI step's tool results: the screenshot as an
+    ``image_url`` content part (a PNG data URL) beside its caption, or, without `png`,
+    the note that stands in for it."""
+    if png is None:
+        return {"role": "user", "content": screenshot_note(caption)}
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return {"role": "user", "content": [{"type": "text", "text": caption[:1].upper()
+                                         + caption[1:] + ":"},
+                                        {"type": "image_url", "image_url": {"url": url}}]}
+
+
 def _reasoning(completion: Completion) -> str:
     """The step's text as the model wrote it. litellm moves ``<thinking>`` (and
     ``<think>``) blocks out of the text into its reasoning channel, as it does with a
@@ -300,7 +416,9 @@ def shown(text: str, is_error: bool, limit: int = OBSERVATION_LIMIT) -> str:
     return f"[error] {text}" if is_error else (text or "(no output)")
 
 
-__all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "LIST_TOOLS",
-           "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS", "META_SYSTEM_PROMPT", "SHELL",
-           "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent", "mcp_tool", "meta_call", "parse_call",
-           "shown"]
+__all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "GUI_SYSTEM_PROMPT",
+           "GUI_TOOL_SCHEMAS", "LIST_TOOLS", "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS",
+           "META_SYSTEM_PROMPT", "SHELL", "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent",
+           "gui_turn", "mcp_tool", "meta_call", "offers_gui", "parse_call",
+           "screenshot_caption", "screenshot_message", "screenshot_note", "shown",
+           "tool_schemas"]

@@ -5,7 +5,8 @@ A row is what the agent loop starts a rollout from::
     data_source    "agent_worlds/<pack>"   (rl.contract.DATA_SOURCE_PREFIX + the pack's name)
     agent_name     "agent_worlds"          (rl.contract.AGENT_NAME: the loop verl runs)
     prompt         [{"role": "system", "content": SYSTEM_PROMPT (META_SYSTEM_PROMPT in
-                     meta mode)}, {"role": "user", "content": the task's instruction}]:
+                     meta mode, GUI_SYSTEM_PROMPT for a task declaring gui in tools
+                     mode)}, {"role": "user", "content": the task's instruction}]:
                    exactly the first two messages gates.llm_agent shows the model
     ability        "agent"
     reward_model   {"style": "rule", "ground_truth": <task_id>}
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import msgspec
 
-from gates.llm_agent import META_SYSTEM_PROMPT, SYSTEM_PROMPT
+from gates.llm_agent import GUI_SYSTEM_PROMPT, META_SYSTEM_PROMPT, SYSTEM_PROMPT, offers_gui
 from gates.task import SPEC_FILE, Task, load_task
 from packs.registry import SPLITS, Pack
 from rl.contract import AGENT_NAME, DATA_SOURCE_PREFIX, Mode, RewardKind, RowInfo
@@ -43,14 +44,17 @@ MODES: tuple[str, ...] = get_args(Mode)
 REWARDS: tuple[str, ...] = get_args(RewardKind)
 
 
-def system_prompt(mode: Mode) -> str:
-    """The system prompt the agent is shown in `mode` (as gates.llm_agent.LLMAgent)."""
-    return META_SYSTEM_PROMPT if mode == "meta" else SYSTEM_PROMPT
+def system_prompt(mode: Mode, *, gui: bool = False) -> str:
+    """The system prompt the agent is shown in `mode` (as gates.llm_agent.LLMAgent), for
+    a task that declares the gui interface when `gui` (no GUI tools in meta mode)."""
+    if mode == "meta":
+        return META_SYSTEM_PROMPT
+    return GUI_SYSTEM_PROMPT if gui else SYSTEM_PROMPT
 
 
 def prompt_messages(task: Task, mode: Mode) -> list[dict[str, str]]:
     """The prompt of a task: the system prompt and the unhinted instruction."""
-    return [{"role": "system", "content": system_prompt(mode)},
+    return [{"role": "system", "content": system_prompt(mode, gui=offers_gui(task))},
             {"role": "user", "content": task.instruction(hinted=False)}]
 
 

@@ -9,15 +9,24 @@ one ``gates.llm_agent`` would have had (tools mode)::
     user        the task's instruction (unhinted)
     assistant   per call, one tool call: {"id": "call_<i>", "type": "function",
                 "function": {"name": ..., "arguments": "<JSON text>"}}; a tool call under
-                the tool's name, a shell command as ``shell`` {"command": ...}
+                the tool's name, a shell command as ``shell`` {"command": ...}, a GUI
+                action as its ``gui_<action>`` tool with the action's arguments
     tool        its result as the agent is shown it (an error flagged "[error] ", a long
                 result cut at gates.llm_agent.OBSERVATION_LIMIT)
+    user        after a GUI action that took a screenshot: the note that stands in for
+                it (gates.llm_agent.screenshot_note; the data holds no images, as the RL
+                loop shows none)
     assistant   the answer, as an ``answer`` call {"text": ...} (ends the conversation)
+
+An episode with a GUI call no agent tool stands for (a page ``request`` made outside the
+agent's tools), or with GUI calls under a task that does not declare ``gui``, is not an
+agent's conversation and is left out.
 
 Columns (verl's MultiTurnSFTDataset: ``data.messages_key`` "messages", ``data.tools_key``
 "tools"): ``messages`` (every message has role, content, tool_calls, tool_call_id; the
 last two null where they do not apply), ``tools`` (the tool schemas offered, as JSON
-text: the instance's MCP tools, then ``shell`` and ``answer``), ``data_source``,
+text: the instance's MCP tools, the GUI tools for a task declaring ``gui``, then ``shell``
+and ``answer``: gates.llm_agent.tool_schemas), ``data_source``,
 ``task_id`` and ``episode_id``.
 
 Why the tools are JSON text: parquet types every element of a list alike, so tool schemas
@@ -37,11 +46,19 @@ from typing import TYPE_CHECKING, Any
 
 from envs.episode import GuiCall, ShellCall, ToolCall
 from envs.episodes_store import list_episodes, load_episode
+from envs.gui import GUI_ACTIONS
 from envs.instance import Environment
-from gates.llm_agent import ANSWER, ANSWER_TOOL, OBSERVATION_LIMIT, SHELL, SHELL_TOOL
+from gates.llm_agent import (
+    ANSWER,
+    OBSERVATION_LIMIT,
+    SHELL,
+    offers_gui,
+    screenshot_caption,
+    screenshot_note,
+    tool_schemas,
+)
 from gates.rollout import verify_episode_of_task
 from gates.task import Task, load_task
-from llm.client import function_tool
 from packs.registry import Pack
 from rl.contract import DATA_SOURCE_PREFIX
 from rl.dataset import check_task_world, prompt_messages, split_tasks, write_parquet
@@ -54,29 +71,54 @@ if TYPE_CHECKING:
 SFT_DATASET_CLASS = "WorldSFTDataset"  # data.custom_cls.name (path: pkg://rl.sft)
 
 
-def offered_tools(env: Environment, world_hash: str) -> list[dict[str, Any]]:
-    """The tools gates.llm_agent offers on an instance of the world (tools mode)."""
+def offered_tools(env: Environment, world_hash: str, *, gui: bool = False
+                  ) -> list[dict[str, Any]]:
+    """The tools gates.llm_agent offers on an instance of the world (tools mode), the GUI
+    tools included when `gui` (a task declaring the gui interface)."""
     with env.open(world_hash) as instance:
         infos = instance.list_tools()
-    return [*(function_tool(t.name, t.description,
-                            t.input_schema or {"type": "object", "properties": {}})
-              for t in infos), SHELL_TOOL, ANSWER_TOOL]
+    return tool_schemas(infos, gui=gui)
+
+
+def conversable(task: Task, episode: Episode) -> str | None:
+    """Why an episode is not an agent's conversation under the task (see the module's
+    docstring), or None when it is."""
+    for call in episode.calls:
+        if not isinstance(call, GuiCall):
+            continue
+        if call.action not in GUI_ACTIONS:
+            return f"GUI call {call.index} ({call.action!r}) is no agent tool's"
+        if not offers_gui(task):
+            return f"GUI call {call.index}, but task {task.task_id!r} does not declare gui"
+    return None
 
 
 def episode_messages(task: Task, episode: Episode) -> list[dict[str, Any]]:
-    """The conversation of one episode (see the module's docstring)."""
+    """The conversation of one episode (see the module's docstring); RLError for an
+    episode that is not an agent's conversation (``conversable``)."""
+    problem = conversable(task, episode)
+    if problem is not None:
+        raise RLError(f"episode of task {task.task_id!r}: {problem}")
     messages: list[dict[str, Any]] = [_message(m["role"], m["content"])
                                       for m in prompt_messages(task, "tools")]
     for i, call in enumerate(episode.calls):
         call_id = f"call_{i}"
-        if isinstance(call, ToolCall | GuiCall):
-            name = call.tool if isinstance(call, ToolCall) else f"gui_{call.action}"
-            arguments, observation, is_error = dict(call.arguments), call.text, call.is_error
+        note = None
+        if isinstance(call, ToolCall):
+            name, arguments = call.tool, dict(call.arguments)
+            observation, is_error = call.text, call.is_error
+        elif isinstance(call, GuiCall):
+            name, arguments = f"gui_{call.action}", dict(call.arguments)
+            observation, is_error = call.text, call.is_error
+            if call.screenshot is not None:
+                note = screenshot_note(screenshot_caption(call.action, call.text))
         else:
             name, arguments = SHELL, {"command": call.command}
             observation, is_error = _shell_observation(call), call.exit_code != 0
         messages.append(_assistant_call(call_id, name, arguments))
         messages.append(_message("tool", _shown(observation, is_error), tool_call_id=call_id))
+        if note is not None:
+            messages.append(_message("user", note))
     if episode.answer is not None:
         messages.append(_assistant_call(f"call_{len(episode.calls)}", ANSWER,
                                         {"text": episode.answer}))
@@ -92,7 +134,7 @@ def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = None
              else [load_task(pack.task_dir(name)) for name in pack.tasks])
     env = Environment(worlds)
     rows: list[dict[str, Any]] = []
-    tools_by_world: dict[str, str] = {}
+    tools_by_world: dict[tuple[str, bool], str] = {}
     try:
         for task in tasks:
             check_task_world(worlds, pack, task)
@@ -101,13 +143,15 @@ def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = None
                     continue  # another world's episode under this task id: not this task
                 if not verify_episode_of_task(worlds, task, summary.episode_id).passed:
                     continue
-                world = task.spec.world_hash
-                if world not in tools_by_world:
-                    tools_by_world[world] = json.dumps(offered_tools(env, world),
-                                                       ensure_ascii=False)
                 episode = load_episode(worlds, summary.episode_id)
+                if conversable(task, episode) is not None:
+                    continue  # GUI calls the agent could not have made
+                key = (task.spec.world_hash, offers_gui(task))
+                if key not in tools_by_world:
+                    tools_by_world[key] = json.dumps(offered_tools(env, key[0], gui=key[1]),
+                                                     ensure_ascii=False)
                 rows.append({"messages": episode_messages(task, episode),
-                             "tools": tools_by_world[world],
+                             "tools": tools_by_world[key],
                              "data_source": DATA_SOURCE_PREFIX + pack.name,
                              "task_id": task.task_id, "episode_id": summary.episode_id})
     finally:
@@ -206,5 +250,5 @@ def _schema() -> Any:
             "task_id": pl.String, "episode_id": pl.String}
 
 
-__all__ = ["SFT_DATASET_CLASS", "decode_tools", "episode_messages", "offered_tools",
-           "sft_dataset_class", "sft_rows", "write_sft_dataset"]
+__all__ = ["SFT_DATASET_CLASS", "conversable", "decode_tools", "episode_messages",
+           "offered_tools", "sft_dataset_class", "sft_rows", "write_sft_dataset"]

@@ -2,14 +2,22 @@
 
 For one dataset row (``rl.contract.RowInfo`` in ``extra_info``: pack, task, world hash,
 interface mode, reward recipe) it opens a fresh instance of the task's world from this
-process's runtime (``rl.world``), offers the model the instance's tools (MCP tools,
-``shell`` and ``answer``; or AWM's ``list_tools``/``call_tool`` and ``answer`` in meta
-mode) and loops, token in and token out:
+process's runtime (``rl.world``), offers the model the instance's tools (MCP tools, the
+GUI tools when the task declares ``gui``, ``shell`` and ``answer``; or AWM's
+``list_tools``/``call_tool`` and ``answer`` in meta mode) and loops, token in and token
+out:
 
     generate -> parse the tool calls (verl's parser for the chat format: hermes,
     qwen3_coder, glm, ...) -> execute each, under a timeout -> append the tool turn's
     tokens (trained on: no) -> ... until an answer, the step limit, the token budget, a
     format failure or the rollout's time limit.
+
+GUI screenshots are not shown to the model here: verl's multi-modal path (a processor, a
+vision-language builder, images carried with every sample) is left out, and the policy
+sees text only. Where ``gates.llm_agent`` puts a GUI step's screenshot (a user message
+after the step's tool results), this loop puts the note that stands in for it, the
+page's title and path (``gates.llm_agent.screenshot_note``, "[screenshot after gui_click
+— page: Cart · AVLager — /shop/cart (not shown)]"); ``gui_read`` gives the page as text.
 
 Tokens go through verl's Continuous Token builder for the model family (verl's fix for
 turn-boundary tokens lost between assistant and tool turns, #6501/#6921): the model's own
@@ -318,6 +326,7 @@ class WorldAgentLoop(AgentLoopBase):
             if self._awm_stops(session, len(session.trajectory.turns) - 1):
                 return messages, self._fail(session, trace)
             return messages, True
+        screenshot: str | None = None  # the note of the step's last GUI screenshot
         for call, call_id in zip(calls, ids, strict=True):
             parsed = parse_call(call.name, call.arguments, names)
             if isinstance(parsed, str):
@@ -334,6 +343,11 @@ class WorldAgentLoop(AgentLoopBase):
                     return messages, True
             messages.append({"role": "tool", "tool_call_id": call_id,
                              "content": self._shown(observation.text, observation.is_error)})
+            screenshot = observation.screenshot or screenshot
+        if screenshot is not None:
+            # Text only: verl's multi-modal path is not used (module docstring), so where
+            # gates.llm_agent sends the step's screenshot as an image, its note goes.
+            messages.append({"role": "user", "content": screenshot})
         return messages, False
 
     @staticmethod

@@ -5,6 +5,12 @@ acts on its instance under timeouts and ends graded, its episode stored.
 No verl or torch here: the agent loop (``rl.loop``) drives this, and so can any other
 trainer in this process.
 
+A task that declares the ``gui`` interface is offered the GUI tools too (tools mode, as
+``gates.llm_agent`` offers them); a GUI call runs in the instance's browser like any
+other blocking call. Training shows the model no images: where ``gates.llm_agent`` would
+show a GUI step's screenshot, the observation carries ``screenshot``, the text note that
+stands in for it (``gates.llm_agent.screenshot_note``: the page's title and path).
+
 Everything slow or blocking (opening an instance, a shell command, a carried app's call,
 storing the episode, hashing, the verifier) runs in worker threads, never on the event
 loop that hundreds of concurrent rollouts share. A call that outlives its timeout gives
@@ -34,6 +40,7 @@ from envs.instance import Environment, Instance
 from gates.agents import take_step
 from gates.contract import (
     AnswerStep,
+    GuiStep,
     ShellStep,
     Step,
     ToolStep,
@@ -49,9 +56,11 @@ from gates.llm_agent import (
     LIST_TOOLS,
     LIST_TOOLS_TOOL,
     SHELL,
-    SHELL_TOOL,
-    mcp_tool,
     meta_call,
+    offers_gui,
+    screenshot_caption,
+    screenshot_note,
+    tool_schemas,
 )
 from gates.rollout import grade, interfaces_used, open_task_instance
 from gates.task import Task, load_task
@@ -69,10 +78,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What one call returned, as the model is shown it."""
+    """What one call returned, as the model is shown it; for a GUI call that took a
+    screenshot, the note shown in its place (no images in training)."""
 
     text: str
     is_error: bool
+    screenshot: str | None = None
 
 
 @dataclass
@@ -84,8 +95,8 @@ class WorldRuntime:
     packs_dir: Path | None = None
     environment: Environment = field(init=False)
     _tasks: dict[tuple[str, str], Task] = field(default_factory=dict, init=False)
-    _schemas: dict[tuple[str, Mode], tuple[list[dict[str, Any]], frozenset[str]]] = field(
-        default_factory=dict, init=False)
+    _schemas: dict[tuple[str, Mode, bool], tuple[list[dict[str, Any]], frozenset[str]]] = \
+        field(default_factory=dict, init=False)
     _ready: dict[str, deque[Instance]] = field(default_factory=lambda: defaultdict(deque),
                                                init=False)
     _open_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -111,18 +122,20 @@ class WorldRuntime:
                           "write it again with worldctl rl dataset")
         return found
 
-    def tools(self, instance: Instance, mode: Mode) -> tuple[list[dict[str, Any]], frozenset[str]]:
+    def tools(self, instance: Instance, mode: Mode, *, gui: bool = False
+              ) -> tuple[list[dict[str, Any]], frozenset[str]]:
         """The tool schemas the model is offered (OpenAI function format) and their names,
-        built once per world and mode: the instance's MCP tools, ``shell`` and ``answer``,
+        built once per world, mode and GUI: the instance's MCP tools, the GUI tools when
+        `gui` (tools mode only), ``shell`` and ``answer`` (``gates.llm_agent.tool_schemas``),
         or AWM's two meta-tools and ``answer``."""
-        key = (instance.record.world_hash, mode)
+        gui = gui and mode == "tools"
+        key = (instance.record.world_hash, mode, gui)
         found = self._schemas.get(key)
         if found is None:
             if mode == "meta":
                 schemas = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL]
             else:
-                schemas = [*(mcp_tool(t) for t in instance.list_tools()), SHELL_TOOL,
-                           ANSWER_TOOL]
+                schemas = tool_schemas(instance.list_tools(), gui=gui)
             names = frozenset(s["function"]["name"] for s in schemas)
             found = self._schemas[key] = (schemas, names)
         return found
@@ -235,8 +248,13 @@ class WorldSession:
         task = runtime.task(info)
         return cls(runtime, task, await runtime.open(task), info.mode, timeout)
 
+    @property
+    def gui(self) -> bool:
+        """Whether the GUI tools are offered: tools mode, a task declaring gui."""
+        return self.mode == "tools" and offers_gui(self.task)
+
     def tools(self) -> tuple[list[dict[str, Any]], frozenset[str]]:
-        return self.runtime.tools(self.instance, self.mode)
+        return self.runtime.tools(self.instance, self.mode, gui=self.gui)
 
     @property
     def answered(self) -> bool:
@@ -259,7 +277,10 @@ class WorldSession:
         turn = timed if isinstance(timed, TurnRecord) else TurnRecord(
             index=index, step=step, observation=timed, is_error=True, reasoning=reasoning)
         self.trajectory.turns.append(turn)
-        return Observation(turn.observation, turn.is_error)
+        note = None
+        if isinstance(step, GuiStep) and turn.screenshot is not None:
+            note = screenshot_note(screenshot_caption(step.action, turn.observation))
+        return Observation(turn.observation, turn.is_error, note)
 
     def refuse(self, tool: str, problem: str, reasoning: str) -> Observation:
         """Record a call that could not be executed (unknown tool, bad arguments)."""
@@ -366,6 +387,8 @@ class Graded:
 def _describe(step: Step) -> str:
     if isinstance(step, ShellStep):
         return "shell command"
+    if isinstance(step, GuiStep):
+        return f"GUI action 'gui_{step.action}'"
     return f"tool {step.tool!r}" if isinstance(step, ToolStep) else "answer"
 
 

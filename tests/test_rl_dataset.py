@@ -13,7 +13,14 @@ import polars as pl
 import pytest
 from rl_tokenizer import SPECIAL_TOKENS, tiny_tokenizer
 
-from gates.llm_agent import META_SYSTEM_PROMPT, SYSTEM_PROMPT, LLMAgent, _Rollout
+from gates.llm_agent import (
+    GUI_SYSTEM_PROMPT,
+    META_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    LLMAgent,
+    _Rollout,
+    offers_gui,
+)
 from gates.task import load_task
 from llm.client import LLMClient
 from packs.registry import Pack, load_pack
@@ -60,9 +67,11 @@ def test_the_prompt_is_what_the_llm_agent_shows(pack: Pack, mode: str) -> None:
     agent = LLMAgent(LLMClient(model="none"), mode=mode)  # type: ignore[arg-type]
     for row in rows:
         task = load_task(pack.task_dir(row["extra_info"]["task_id"]))
-        shown = _Rollout(agent, None, task.instruction(hinted=False))._context()  # type: ignore[arg-type]
+        gui = mode == "tools" and offers_gui(task)  # the agent's GUI prompt
+        shown = _Rollout(agent, None, task.instruction(hinted=False), gui=gui)._context()  # type: ignore[arg-type]
         assert row["prompt"] == shown
         assert row["prompt"][0]["content"] == (META_SYSTEM_PROMPT if mode == "meta"
+                                               else GUI_SYSTEM_PROMPT if gui
                                                else SYSTEM_PROMPT)
         assert row["extra_info"]["mode"] == mode and row["extra_info"]["reward"] == "awm"
         assert row["extra_info"]["split"] == "eval"

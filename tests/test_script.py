@@ -37,21 +37,31 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
 def test_the_demo_script_loads() -> None:
     world, calls = load_script(SCRIPT)
     assert world == "lars@7"
-    assert len(calls) == 6
-    assert [c.shell is not None for c in calls] == [False, False, True, True, False, False]
+    assert len(calls) == 7
+    assert [c.shell is not None for c in calls] == [False, False, True, True, False, False,
+                                                    False]
+    assert calls[6] == ScriptedCall(tool=None, arguments={"url": "/chat/conversations/1"},
+                                    shell=None, gui="open")
     assert calls[1] == ScriptedCall(tool="shop_get_order",
                                     arguments={"order_number": "AVL-2026-10533"}, shell=None)
-    assert as_checker_calls(calls)[2] == ("shell", {"command": calls[2].shell})
-    assert as_checker_calls(calls)[1] == ("shop_get_order", {"order_number": "AVL-2026-10533"})
+    checked = as_checker_calls(calls[:6])
+    assert checked[2] == ("shell", {"command": calls[2].shell})
+    assert checked[1] == ("shop_get_order", {"order_number": "AVL-2026-10533"})
+    with pytest.raises(InputError, match="GUI steps"):
+        as_checker_calls(calls)
 
 
 REFUSALS: list[tuple[str, Any, str, str]] = [
     ("unknown field", {"world": "lars@7", "calls": [{"tool": "x", "why": 1}]}, "calls[0].why",
      "unknown field `why`"),
     ("both", {"world": "lars@7", "calls": [{"tool": "x", "shell": "ls"}]}, "calls[0]",
-     "exactly one of 'tool' and 'shell'"),
+     "exactly one of 'tool', 'shell' and 'gui'"),
+    ("tool and gui", {"world": "lars@7", "calls": [{"tool": "x", "gui": "open"}]}, "calls[0]",
+     "exactly one of 'tool', 'shell' and 'gui'"),
+    ("unknown gui action", {"world": "lars@7", "calls": [{"gui": "fly"}]}, "calls[0].gui",
+     "'fly' is not a GUI action"),
     ("neither", {"world": "lars@7", "calls": [{"arguments": {}}]}, "calls[0]",
-     "exactly one of 'tool' and 'shell'"),
+     "exactly one of 'tool', 'shell' and 'gui'"),
     ("shell arguments", {"world": "lars@7", "calls": [{"shell": "ls", "arguments": {}}]},
      "calls[0].arguments", "takes no arguments"),
     ("empty shell", {"world": "lars@7", "calls": [{"shell": " "}]}, "calls[0].shell",
@@ -111,12 +121,14 @@ def test_play_script_goes_through_mcp_and_the_shell(worlds: Worlds, tmp_path: Pa
 
 def test_the_demo_episode_is_stored_and_replays(worlds: Worlds) -> None:
     played = run_scripted_episode(worlds, SCRIPT)
-    assert played.shell_skipped is None
+    assert played.shell_skipped is None and played.gui_skipped is None
     assert played.replayed_ok
     assert played.final_hash != worlds.resolve("lars@7").world_hash
     assert worlds.store.episode(played.episode_id).final_hash == played.final_hash
     assert verify_episode(worlds, played.episode_id)[0]
-    assert len(played.lines) == 7 and "replays to the recorded final hash" in played.lines[-1]
+    assert len(played.lines) == 8 and "replays to the recorded final hash" in played.lines[-1]
+    assert played.lines[6].startswith("gui gui_open {'url': '/chat/conversations/1'} -> page: ")
+    assert played.lines[6].endswith("[+ screenshot]")
     changed = {f.path for f in played.diff.files}
     assert "jobs/nordlys/install-checklist.md" in changed
     # The same script on the same world is the same episode.

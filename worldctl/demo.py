@@ -34,8 +34,9 @@ def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
     """The main job on the bundled demo world.
 
     Import the demo pack's log, replay, verify, check out a day, hash and diff it; open an
-    instance, play the pack's scripted episode through MCP and the shell, show it and
-    verify it by replay; put one task through the quality gates. Exit 1 if a step fails.
+    instance, play the pack's scripted episode through MCP, the shell and the browser, show
+    it and verify it by replay; put one task through the quality gates. Exit 1 if a step
+    fails.
     """
     from packs.registry import load_pack
 
@@ -99,12 +100,13 @@ def _episode_steps(ctx: click.Context, script: Path) -> bool:
 
     store = worlds(ctx)
     render.step(f"python: envs.script.run_scripted_episode(worlds, {script})   (an instance, "
-                "an in-memory MCP client and the sandboxed shell)")
+                "an in-memory MCP client, the sandboxed shell and browser)")
     played = run_scripted_episode(store, script)
     for line in played.lines[:-1]:
         render.echo(f"  {line}")
-    if played.shell_skipped:
-        render.echo(f"  NOTE: {played.shell_skipped}")
+    for skipped in (played.shell_skipped, played.gui_skipped):
+        if skipped:
+            render.echo(f"  NOTE: {skipped}")
     render.step(f"worldctl episode show {played.episode_id}")
     render.episode(summarize_episode(store.store.episode(played.episode_id)))
     render.echo("diff of the instance against its snapshot:")
