@@ -35,7 +35,9 @@ NOW = "\x00NOW\x00"  # placeholder in params, replaced by the event's ts
 
 
 class World:
-    def __init__(self) -> None:
+    def __init__(self, persona: str = PERSONA, start: date = START) -> None:
+        self.persona = persona
+        self.start = start
         self.events: list[dict] = []
         self.day_no: int | None = None
         self.secs = 0
@@ -56,7 +58,7 @@ class World:
 
     @property
     def date(self) -> date:
-        return START + timedelta(days=self.day_no)
+        return self.start + timedelta(days=self.day_no)
 
     @property
     def now(self) -> str:
@@ -67,7 +69,7 @@ class World:
     def _emit(self, typ: str, fields: dict) -> str:
         ts = self.now
         assert ts >= self.last_ts
-        ev = {"persona": PERSONA, "day": self.day_no, "ts": ts, "type": typ}
+        ev = {"persona": self.persona, "day": self.day_no, "ts": ts, "type": typ}
         ev.update(fields)
         self.events.append(ev)
         self.last_ts = ts

@@ -23,91 +23,22 @@ import os
 import struct
 import sys
 import zlib
-from datetime import date, timedelta
+from datetime import date
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the pack
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from build_lars import CHAT_SCHEMA, SHOP_SCHEMA  # noqa: E402  (the same schemas as lars)
+from build_lars import NOW, CHAT_SCHEMA, SHOP_SCHEMA, World  # noqa: E402  (lars's schemas and emitter)
 
 PERSONA = "nora"
 START = date(2026, 3, 16)  # world day 0 (a Monday)
 OUT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nora.jsonl")
-
-NOW = "\x00NOW\x00"  # placeholder in params, replaced by the event's ts
 
 
 # --------------------------------------------------------------------------
 # Event emitter (build_lars.World, for this persona)
 # --------------------------------------------------------------------------
 
-
-class World:
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.day_no: int | None = None
-        self.secs = 0
-        self.last_ts = ""
-
-    def day(self, d: int, hhmm: str) -> None:
-        assert self.day_no is None or d == self.day_no + 1, d
-        self.day_no = d
-        self.secs = 0
-        self.at(hhmm)
-
-    def at(self, hhmm: str) -> None:
-        h, m = (int(x) for x in hhmm.split(":"))
-        t = h * 3600 + m * 60
-        assert t >= self.secs, f"clock going backwards on day {self.day_no}: {hhmm}"
-        self.secs = t
-
-    @property
-    def now(self) -> str:
-        s = self.secs
-        d = START + timedelta(days=self.day_no)
-        return f"{d.isoformat()}T{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}Z"
-
-    def _emit(self, typ: str, fields: dict) -> str:
-        ts = self.now
-        assert ts >= self.last_ts
-        ev = {"persona": PERSONA, "day": self.day_no, "ts": ts, "type": typ}
-        ev.update(fields)
-        self.events.append(ev)
-        self.last_ts = ts
-        self.secs += 1
-        assert self.secs < 86400
-        return ts
-
-    def sql(self, service: str, stmt: str, params=None) -> str:
-        stmt = " ".join(stmt.split()).replace("( ", "(")
-        ts = self.now
-        fields: dict = {"service": service, "sql": stmt}
-        if params is not None:
-            if isinstance(params, dict):
-                params = {k: (ts if v == NOW else v) for k, v in params.items()}
-            else:
-                params = [ts if v == NOW else v for v in params]
-            fields["params"] = params
-        return self._emit("sql", fields)
-
-    def insert(self, service: str, table: str, **cols) -> str:
-        names = ", ".join(cols)
-        marks = ", ".join("?" for _ in cols)
-        return self.sql(service, f"INSERT INTO {table}({names}) VALUES ({marks})", list(cols.values()))
-
-    def write(self, path: str, text: str) -> str:
-        return self._emit("file_write", {"path": path, "text": text})
-
-    def pin_app(self, service: str, app: str, version: str, digest: str) -> str:
-        return self._emit("app", {"service": service, "app": app, "version": version,
-                                  "digest": digest})
-
-    def dump(self) -> str:
-        return "".join(
-            json.dumps(ev, ensure_ascii=False, separators=(",", ":")) + "\n" for ev in self.events
-        )
-
-
-W = World()
+W = World(PERSONA, START)
 
 
 # --------------------------------------------------------------------------
