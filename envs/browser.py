@@ -506,16 +506,19 @@ class BrowserPage:
         return None
 
     def center(self, backend_node: int) -> tuple[float, float] | None:
-        """The centre of an element on screen (scrolled into view first), or None when
-        it has no box (hidden)."""
+        """The centre of an element's first box on screen (scrolled into view first): a
+        link that wraps onto two lines has two boxes, and the middle of their bounding box
+        may be blank. None when it has no box (hidden)."""
         with contextlib.suppress(BrowserError):
             self.command("DOM.scrollIntoViewIfNeeded", {"backendNodeId": backend_node})
         try:
-            model = self.command("DOM.getBoxModel", {"backendNodeId": backend_node})["model"]
+            quads = self.command("DOM.getContentQuads", {"backendNodeId": backend_node})["quads"]
         except BrowserError:
             return None
-        quad = model["border"]
-        return (sum(quad[0::2]) / 4, sum(quad[1::2]) / 4)
+        boxes = [q for q in quads if _area(q) >= 1.0]
+        if not boxes:
+            return None
+        return (sum(boxes[0][0::2]) / 4, sum(boxes[0][1::2]) / 4)
 
     def location(self) -> tuple[str, str]:
         """The page's URL and title."""
@@ -532,6 +535,12 @@ class BrowserPage:
             self.browser.call("Target.disposeBrowserContext", {"browserContextId": self.context},
                               timeout=5)
         self.browser.page_closed()
+
+
+def _area(quad: list[float]) -> float:
+    """The area of a quad (x1, y1, ..., x4, y4), by the shoelace formula."""
+    xs, ys = quad[0::2], quad[1::2]
+    return abs(sum(xs[i] * ys[(i + 1) % 4] - xs[(i + 1) % 4] * ys[i] for i in range(4))) / 2
 
 
 def _result(method: str, reply: dict[str, Any] | None) -> dict[str, Any]:

@@ -110,10 +110,12 @@ class PageResponse:
     content_type: str
     body: bytes
     location: str | None = None  # a redirect's target (a path of the same origin)
+    cacheable: bool = False  # the bundled font: the same bytes forever
 
     def headers(self) -> list[tuple[str, str]]:
+        cache = "public, max-age=31536000, immutable" if self.cacheable else "no-store"
         found = [("Content-Type", self.content_type), ("Content-Security-Policy", CSP),
-                 ("X-Content-Type-Options", "nosniff"), ("Cache-Control", "no-store"),
+                 ("X-Content-Type-Options", "nosniff"), ("Cache-Control", cache),
                  ("Referrer-Policy", "no-referrer")]
         if self.location is not None:
             found.append(("Location", self.location))
@@ -340,7 +342,7 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
         return _page(_index(sites), None)
     if segments[0] == "_static" and len(segments) == 2 and segments[1] in STATIC_FILES:
         data = resources.files("envs").joinpath("static", segments[1]).read_bytes()
-        return PageResponse(200, STATIC_FILES[segments[1]], data)
+        return PageResponse(200, STATIC_FILES[segments[1]], data, cacheable=True)
     site = sites.get(segments[0])
     found = site.find(request.method, segments[1:]) if site is not None else None
     if site is None or found is None:
