@@ -15,9 +15,12 @@ from typing import Any
 import msgspec
 
 from envs.episode import apply_effects
+from envs.gui import gui_tool_action
 from envs.instance import Environment, Instance
 
-Call = tuple[str, dict[str, Any]]  # (tool name, arguments); tool "shell" runs a command
+# (tool name, arguments); tool "shell" runs a command, "gui_ACTION" a GUI action (its
+# response is the text and the screenshot's digest: the same pixels every time).
+Call = tuple[str, dict[str, Any]]
 
 
 @dataclass
@@ -63,6 +66,10 @@ def _play(instance: Instance, name: str, arguments: dict[str, Any]) -> bytes:
     if name == "shell":
         result: Any = instance.shell(str(arguments["command"]))
         return msgspec.json.encode([result.exit_code, result.stdout, result.stderr])
+    action = gui_tool_action(name)
+    if action is not None:
+        done = instance.gui(action, arguments)
+        return msgspec.json.encode([done.is_error, done.text, done.screenshot])
     outcome = instance.call_tool(name, arguments)
     return msgspec.json.encode([outcome.is_error, outcome.text])
 

@@ -115,12 +115,11 @@ def run_scripted_episode(worlds: Worlds, script: Path, *, ref: str | None = None
 
 
 def as_checker_calls(calls: Sequence[ScriptedCall]) -> list[Call]:
-    """The calls in the determinism checker's form (tool "shell" runs a command)."""
-    if any(c.gui is not None for c in calls):
-        raise InputError("the determinism checker plays tool and shell steps only; this "
-                         "script has GUI steps")
+    """The calls in the determinism checker's form (tool "shell" runs a command,
+    "gui_ACTION" a GUI action)."""
     return [("shell", {"command": c.shell}) if c.shell is not None
-            else (str(c.tool), dict(c.arguments)) for c in calls]
+            else (f"gui_{c.gui}" if c.gui is not None else str(c.tool), dict(c.arguments))
+            for c in calls]
 
 
 # --- internals ----------------------------------------------------------------------------

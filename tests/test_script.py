@@ -44,11 +44,10 @@ def test_the_demo_script_loads() -> None:
                                     shell=None, gui="open")
     assert calls[1] == ScriptedCall(tool="shop_get_order",
                                     arguments={"order_number": "AVL-2026-10533"}, shell=None)
-    checked = as_checker_calls(calls[:6])
+    checked = as_checker_calls(calls)
     assert checked[2] == ("shell", {"command": calls[2].shell})
     assert checked[1] == ("shop_get_order", {"order_number": "AVL-2026-10533"})
-    with pytest.raises(InputError, match="GUI steps"):
-        as_checker_calls(calls)
+    assert checked[6] == ("gui_open", {"url": "/chat/conversations/1"})
 
 
 REFUSALS: list[tuple[str, Any, str, str]] = [
