@@ -97,6 +97,12 @@ def rl_rows(pack: Pack, split: str = "rl", *, mode: Mode = "tools",
     if reward not in REWARDS:
         raise RLError(f"reward {reward!r} is not one of {', '.join(REWARDS)}")
     tasks = split_tasks(pack, split)
+    if mode == "meta":
+        gui = [t.task_id for t in tasks if "gui" in t.spec.interfaces]
+        if gui:
+            raise RLError(f"split {split!r} of pack {pack.name!r} has tasks that need the GUI "
+                          f"({', '.join(gui)}): meta mode (AWM's list_tools/call_tool) "
+                          "offers no GUI tools; use --mode tools or another split")
     rows = []
     for index, task in enumerate(tasks):
         if worlds is not None:

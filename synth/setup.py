@@ -40,17 +40,22 @@ _REFERENCE_PACK = "demo"
 
 @cache
 def library_schemas() -> dict[str, tuple[str, ...]]:
-    """Per service of the app library, its schema: the ``CREATE`` statements of the
-    reference world's day 0, in their order."""
+    """Per service of the app library, its schema: the ``CREATE`` statements of day 0 of
+    the first reference world that has the service (the pack's first world, lars, is the
+    one the shipped apps were written against; a later world may add tables of its own),
+    in their order."""
     found: dict[str, list[str]] = {}
     for world in load_pack(_REFERENCE_PACK).worlds:
+        this_world: dict[str, list[str]] = {}
         for line in world.read_bytes().splitlines():
             event = msgspec.json.decode(line)
             if event.get("day") != 0 or event.get("type") != "sql":
                 continue
             sql = str(event["sql"])
             if sql.lstrip()[:6].upper() == "CREATE":
-                found.setdefault(str(event["service"]), []).append(sql)
+                this_world.setdefault(str(event["service"]), []).append(sql)
+        for service, statements in this_world.items():
+            found.setdefault(service, statements)
     return {service: tuple(statements) for service, statements in sorted(found.items())}
 
 

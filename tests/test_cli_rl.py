@@ -29,7 +29,8 @@ SFT_TASK = ROOT / "packs" / "demo" / "tasks" / "nordlys-deposit-invoice"
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     location = str(tmp_path_factory.mktemp("cli-rl") / "store")
-    assert invoke("--store", location, "import", str(DEMO)).exit_code == 0
+    assert invoke("--store", location, "import", *map(str, load_pack("demo").worlds)
+                  ).exit_code == 0
     return location
 
 
@@ -44,12 +45,15 @@ def test_rl_dataset_writes_the_rows(store: str, tmp_path: Path) -> None:
                        "tasks": [r["extra_info"]["task_id"] for r in rows]}
     assert pl.read_parquet(out).to_dicts() == rows
     meta = tmp_path / "meta.parquet"
-    table = invoke("--store", store, "rl", "dataset", "demo", "--split", "eval", "--mode",
+    table = invoke("--store", store, "rl", "dataset", "demo", "--split", "sft", "--mode",
                    "meta", "--reward", "awm", "--out", str(meta))
     assert table.exit_code == 0, table.stderr
-    assert table.stdout.startswith(f"{meta}: 2 rows, pack demo split eval (mode meta, reward awm)")
-    assert pl.read_parquet(meta).to_dicts() == rl_rows(load_pack("demo"), "eval", mode="meta",
+    assert table.stdout.startswith(f"{meta}: 1 rows, pack demo split sft (mode meta, reward awm)")
+    assert pl.read_parquet(meta).to_dicts() == rl_rows(load_pack("demo"), "sft", mode="meta",
                                                        reward="awm")
+    gui = refused(invoke("--store", store, "rl", "dataset", "demo", "--split", "eval",
+                         "--mode", "meta", "--out", str(meta)))
+    assert "sjoboden-bar-surge-protectors" in gui and "offers no GUI tools" in gui
 
 
 def test_rl_dataset_refusals(store: str, tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ BASE = "mats-work-order"  # a good demo task the planted defects are made from
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
     with Worlds.open(tmp_path_factory.mktemp("gates") / "store") as worlds:
-        worlds.import_file(DEMO)
+        for world in sorted(DEMO.parent.glob("*.jsonl")):  # lars and nora
+            worlds.import_file(world)
         with Environment(worlds) as environment:
             yield environment
 

@@ -51,7 +51,8 @@ def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def worlds(store_dir: Path) -> Iterator[Worlds]:
     with Worlds.open(store_dir) as w:
-        w.import_file(PACK.worlds[0])
+        for world in PACK.worlds:  # the pack's tasks need every world of it
+            w.import_file(world)
         yield w
 
 

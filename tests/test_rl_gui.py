@@ -109,8 +109,8 @@ def test_the_rl_prompt_of_a_gui_task_is_the_gui_agents(pack: Pack) -> None:
     (row,) = rl_rows(pack, "rl")
     assert row["prompt"][0] == {"role": "system", "content": GUI_SYSTEM_PROMPT}
     assert row["extra_info"]["interfaces"] == ["mcp", "gui"]
-    (meta,) = rl_rows(pack, "rl", mode="meta")
-    assert "gui_" not in meta["prompt"][0]["content"]
+    with pytest.raises(RLError, match="offers no GUI tools"):  # meta mode has no GUI
+        rl_rows(pack, "rl", mode="meta")
     demo = rl_rows(load_pack("demo"), "rl")
     assert {r["prompt"][0]["content"] for r in demo} == {SYSTEM_PROMPT}
 
