@@ -8,9 +8,10 @@ Contenders, interleaved round by round (medians reported):
 * ``replay``: ``Worlds.replay(persona)``: events read from the SQLite event store, decoded,
   applied through the guarded apsw connections, committed and hashed per day (and offered
   to the snapshot cache, which already holds every day after the import, so that is cheap).
-* ``replay without hashing``: the same fold (store -> decode -> apply -> commit per day)
-  without the per-day world hash and cache step, so readers see where time goes.
-* ``read+decode``: only reading the events from the store and decoding their payloads.
+* ``replay without hashing``: the same fold (store pages -> decode -> apply -> commit per
+  day) without the per-day world hash and cache step, so readers see where time goes.
+* ``read+decode``: only reading the events from the store (replay's scan, ``event_pages``)
+  and decoding their payloads.
 
 Three worlds: the default ``genworld`` world, where every table changes every day (per-day
 hashing must re-hash all of it); a write-heavy few-tables world (``genworld --realistic``:
@@ -57,6 +58,7 @@ from replay.engine import Worlds
 from replay.hashing import hash_world, world_manifest
 from replay.layout import SERVICES, WORKSPACE
 from replay.rehash import DayHasher
+from worldstore.events import decode_payload
 from worldstore.interchange import BLOB_PARAM_KEY
 
 TARGET_RATIO = 0.5  # replay speed >= 0.5x raw apply
@@ -120,25 +122,32 @@ def raw_apply(ops: list[tuple[str, Any, Any]], root: Path) -> None:
 
 
 def apply_without_hashing(worlds: Worlds, root: Path) -> None:
-    """The replay fold minus the per-day hash and cache step (see replay.fold)."""
+    """The replay fold minus the per-day hash and cache step (see replay.fold): the same
+    scan (event pages), the same apply and a commit per day; no rowids noted (nothing
+    would read them)."""
     builder = WorldBuilder(root, worlds.store.blob)
+    builder.track_rows(False)
     current = None
     try:
-        for event in worlds.store.events(PERSONA):
-            if current is not None and event.day != current:
-                builder.commit()
-            current = event.day
-            builder.apply(event)
+        for rows in worlds.store.event_pages(PERSONA):
+            at = 0
+            while at < len(rows):
+                if current is not None and rows[at][1] != current:
+                    builder.commit()
+                current = rows[at][1]
+                at = builder.apply_rows(rows, at)
         builder.commit()
     finally:
         builder.abort()
 
 
 def read_and_decode(worlds: Worlds) -> int:
+    """Replay's scan alone: the event pages, each payload decoded."""
     n = 0
-    for event in worlds.store.events(PERSONA):
-        event.payload  # noqa: B018 - decoding is the point
-        n += 1
+    for rows in worlds.store.event_pages(PERSONA):
+        for row in rows:
+            decode_payload(row[5], row[4])
+        n += len(rows)
     return n
 
 

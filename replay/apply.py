@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,31 @@ import msgspec
 
 from replay.errors import EventFailed
 from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
-from replay.sqlite import describe_failure, freeze, open_event_db, take_denial, unguarded
+from replay.sqlite import (
+    describe_failure,
+    event_clock,
+    freeze,
+    open_event_db,
+    take_denial,
+    unguarded,
+    watch_rowids,
+)
 from replay.touched import DayChanges, RowTracker, WriteLog, note_tables
 from worldstore.canonical import digest
 from worldstore.errors import PathError
 from worldstore.events import (
+    SCHEMA_VERSION,
     AppPayload,
+    EventRow,
     FileDeletePayload,
     FileWritePayload,
     Params,
     Payload,
     SqlPayload,
     StoredEvent,
+    decode_current_payload,
     decode_payload,
+    event_row,
 )
 from worldstore.interchange import BLOB_PARAM_KEY
 from worldstore.names import ts_millis
@@ -57,13 +69,19 @@ class WorldBuilder:
         # cursor per statement (each is run to its end before the next).
         self._cursors: dict[str, apsw.Cursor] = {}
         self._in_day: set[str] = set()
-        # (cursor, write log) of each service whose day transaction is open: the one
-        # lookup a SQL event needs.
-        self._live: dict[str, tuple[apsw.Cursor, WriteLog]] = {}
+        # Per service, the write sets of the SQL it ran since ``take_changes`` (None: it may
+        # have written anything): one set add per event, unioned once a day.
+        self._writes: dict[str, set[frozenset[str] | None]] = {}
+        # (cursor, write sets learnt, writes) of each service whose day transaction is
+        # open: the one lookup a SQL event needs.
+        self._live: dict[str, _Live] = {}
         self._ts = ""  # the last event's ts and its milliseconds
         self._millis = 0
+        self._minute = ("", 0)  # the last whole minute seen ('YYYY-MM-DDTHH:MM') and its ms
+        self.failed_at = -1  # the index in its rows of the event apply_rows failed on
         self.changes = DayChanges()
         self._trackers: dict[str, RowTracker] = {}
+        self._track_rows = True
         (root / SERVICES).mkdir(parents=True, exist_ok=True)
         (root / WORKSPACE).mkdir(parents=True, exist_ok=True)
 
@@ -79,8 +97,9 @@ class WorldBuilder:
             # Pinned, not left to the file system's sector size: events may read it (rtree
             # sizes its nodes by it), so it must be the same on every machine.
             unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
-            tracker = RowTracker(service, self.changes)
-            conn.set_update_hook(tracker.written)
+            tracker = RowTracker()
+            if self._track_rows:  # (else the event guards' own hook stays)
+                conn.set_update_hook(tracker.hook())
             self._trackers[service] = tracker
             self._conns[service] = conn
             self._logs[service] = WriteLog(conn)
@@ -91,25 +110,112 @@ class WorldBuilder:
             # the previous day depends on how the log was split and on the cache.
             conn.set_last_insert_rowid(0)
             self._in_day.add(service)
-            self._live[service] = (self._cursors[service], self._logs[service])
+            writes = self._writes.get(service)
+            if writes is None:
+                writes = self._writes[service] = set()
+            self._live[service] = (self._cursors[service].execute,
+                                   self._logs[service].write_sets, writes)
         return conn
 
     def apply(self, event: StoredEvent, payload: Payload | None = None) -> None:
-        # The per-event path of replay: kept to a few calls (SQL events are most events).
-        ts = event.ts
-        if ts != self._ts:  # events of one moment are common: parse each moment once
+        """Apply one event (`payload`: its payload, already decoded)."""
+        if payload is None:
+            self.apply_rows((event_row(event),))
+            return
+        self._moment(event.ts)
+        freeze(self._millis, event.event_id)
+        apply_event(payload, self)
+
+    def apply_rows(self, rows: Sequence[EventRow], start: int = 0) -> int:
+        """Apply the events of ``rows[start:]`` up to the first of another day than
+        ``rows[start]``'s; return the index after the last one applied. When an event
+        fails (EventFailed), ``failed_at`` is its index in `rows`.
+
+        The per-event path of replay, so kept to a few lookups and calls per SQL event
+        (most events): the same steps as ``apply_event`` after ``freeze``."""
+        day = rows[start][1]
+        live = self._live
+        clock = event_clock()
+        freeze_clock = clock.freeze
+        last_ts, millis = self._ts, self._millis
+        minute, minute_millis = self._minute
+        index = start
+        try:
+            for index in range(start, len(rows)):
+                _seq, row_day, ts, event_id, version, body = rows[index]
+                if row_day != day:
+                    return index
+                if ts != last_ts:  # events of one moment are common: parse each once
+                    # (and one minute's seconds are read off the text: ts_millis' steps)
+                    if ts[:16] == minute and len(ts) == 20:
+                        millis = minute_millis + _SECOND_MILLIS[ts[17:19]]
+                    else:
+                        millis = ts_millis(ts)
+                        if len(ts) == 20:
+                            minute, minute_millis = ts[:16], millis - _SECOND_MILLIS[ts[17:19]]
+                    last_ts = ts
+                freeze_clock(millis, event_id)
+                if version == SCHEMA_VERSION:
+                    payload = _decode(body)
+                    # No "{" in the body past its own opening one: no JSON object among
+                    # the parameters (no blob to convert), so the values bind as they are.
+                    plain = body.find(b"{", 1) < 0
+                else:
+                    payload = decode_payload(body, version)
+                    plain = False
+                if type(payload) is not SqlPayload:
+                    apply_event(payload, self)
+                    continue
+                service = payload.service
+                found = live.get(service)
+                if found is None:
+                    self.connection(service)
+                    found = live[service]
+                execute, write_sets, writes = found
+                sql = payload.sql
+                tables = write_sets.get(sql)
+                if tables is None:  # first sight of this text under this schema
+                    _apply_sql(payload, self)
+                    continue
+                params = payload.params
+                try:
+                    # Plain positional values (the common case) bind as they are (apsw
+                    # binds a bool as the integer _binding makes of it).
+                    if params is not None and not plain and (
+                            type(params) is not list
+                            or not _PLAIN_TYPES.issuperset(map(type, params))):
+                        params = _bindings(params)
+                    for _row in execute(sql, params):
+                        pass
+                except apsw.Error as exc:
+                    raise EventFailed(f"service {service!r}: {describe_failure(exc)}") from None
+                except KeyError as exc:  # apsw's lookup of a named parameter missing
+                    raise _missing_parameter(service, exc) from None
+                finally:
+                    writes.add(tables)
+                if clock.denied is not None:  # found while rows were written (2^63-1)
+                    raise EventFailed(f"service {service!r}: {take_denial()}")
+        except EventFailed:
+            self.failed_at = index
+            raise
+        finally:
+            self._ts, self._millis = last_ts, millis
+            self._minute = minute, minute_millis
+        return len(rows)
+
+    def _moment(self, ts: str) -> None:
+        if ts != self._ts:
             self._millis = ts_millis(ts)
             self._ts = ts
-        freeze(self._millis, event.event_id)
-        if payload is None:
-            payload = decode_payload(event.body, event.schema_version)
-        if type(payload) is SqlPayload:
-            _apply_sql(payload, self)
-            return
-        handler = _HANDLERS.get(type(payload))
-        if handler is None:
-            raise EventFailed(f"unknown payload type {type(payload).__name__}")
-        handler(payload, self)
+
+    def track_rows(self, on: bool) -> None:
+        """Whether to note the rowids written (``DayChanges.rows``; on by default). Per-day
+        hashing reads them on every day but its first, which it hashes in full: noting
+        each row of a big first day would be work for nothing."""
+        if on != self._track_rows:
+            self._track_rows = on
+            for service, conn in self._conns.items():
+                conn.set_update_hook(self._trackers[service].hook() if on else watch_rowids)
 
     def commit(self) -> None:
         """End the day: commit every service transaction the day opened."""
@@ -127,8 +233,12 @@ class WorldBuilder:
         """What was written since the last call (tables, files, app pins), and start
         afresh: per-day hashing re-hashes exactly this."""
         changes, self.changes = self.changes, DayChanges()
+        for service, writes in self._writes.items():
+            for tables in writes:
+                note_tables(changes, service, tables)
+            writes.clear()  # (in place: an open day's lookup holds it)
         for service, tracker in self._trackers.items():
-            tracker.follow(service, self.changes)
+            changes.rows[service] = tracker.take()
         return changes
 
     def close(self) -> None:
@@ -150,6 +260,11 @@ class WorldBuilder:
     abort = close
 
 
+_Live = tuple[Callable[..., apsw.Cursor], dict[str, frozenset[str]],
+              set[frozenset[str] | None]]
+_decode = decode_current_payload
+
+
 _CACHE_KIB = 65536  # page cache per service connection while building (64 MiB at most)
 _PAGE_SIZE = 4096  # SQLite's default, the page size of every world built so far
 
@@ -168,36 +283,38 @@ def _apply_sql(payload: SqlPayload, world: WorldBuilder) -> None:
     if live is None:
         world.connection(service)
         live = world._live[service]
-    cursor, log = live
-    tables = log.known(sql)
+    execute, write_sets, writes = live
+    log = world._logs[service]
+    tables = write_sets.get(sql)
     try:
-        # Plain positional values (the common case) bind as they are: no per-value calls.
-        bindings = params if params is None or (
-            type(params) is list and _PLAIN_TYPES.issuperset(map(type, params))
-        ) else _bindings(params)
+        bindings = _bindings(params)
         if tables is not None:
-            for _row in cursor.execute(sql, bindings):
+            for _row in execute(sql, bindings):
                 pass
         else:
             # First sight of this text under this schema: compile it afresh so that the
             # write log hears every table it (or a trigger it fires) writes.
             log.start()
             try:
-                for _row in cursor.execute(sql, bindings, can_cache=False):
+                for _row in execute(sql, bindings, can_cache=False):
                     pass
             finally:
                 tables = log.learnt(sql)
     except apsw.Error as exc:
         raise EventFailed(f"service {payload.service!r}: {describe_failure(exc)}") from None
     except KeyError as exc:  # apsw's lookup of a named parameter missing from `params`
-        raise EventFailed(
-            f"service {payload.service!r}: no value for named parameter {exc} in 'params'"
-        ) from None
+        raise _missing_parameter(service, exc) from None
     finally:
-        note_tables(world.changes, service, tables)
+        writes.add(tables)
     refused = take_denial()  # found while rows were written (rowid 2^63-1), not compiled
     if refused is not None:
         raise EventFailed(f"service {payload.service!r}: {refused}")
+
+
+def _missing_parameter(service: str, exc: KeyError) -> EventFailed:
+    return EventFailed(
+        f"service {service!r}: no value for named parameter {exc} in 'params'"
+    )
 
 
 def _bindings(params: Params | None) -> Any:
@@ -211,6 +328,7 @@ def _bindings(params: Params | None) -> Any:
 
 
 _PLAIN_TYPES = frozenset({int, float, str, type(None)})
+_SECOND_MILLIS = {f"{s:02d}": s * 1000 for s in range(60)}  # as worldstore.names reads them
 
 
 def _binding(value: Any) -> Any:

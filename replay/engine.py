@@ -19,7 +19,7 @@ from replay.cache import CacheStats, Pin, PruneReport, SnapshotCache, days_to_ke
 from replay.diff import WorldDiff, diff_worlds
 from replay.errors import IntegrityError
 from replay.files import chmod_tree, copy_tree, remove_tree
-from replay.fold import BuiltDay, build_days
+from replay.fold import BuiltDay, build_days, build_days_from_pages
 from replay.hashing import Manifest, decode_manifest, encode_manifest, world_manifest
 from replay.mount import Mount, snapshot_files
 from replay.report import DayResult, Problem, Progress, VerifyReport
@@ -300,9 +300,9 @@ class Worlds:
             expected = {r.day: r for r in records}
             keep = days_to_keep([(r.day, r.last_seq - r.first_seq + 1) for r in records
                                  if r.last_seq >= first], {day}, recent=0)
-            events = self.store.events(persona, first, record.last_seq)
+            pages = self.store.event_pages(persona, first, record.last_seq)
             pin: Pin | None = None
-            for built in build_days(root, events, self.store.blob):
+            for built in build_days_from_pages(root, persona, pages, self.store.blob):
                 want = expected[built.day]
                 if built.world_hash != want.world_hash:
                     raise IntegrityError(
@@ -416,7 +416,8 @@ class Worlds:
             root.mkdir()
             keep = days_to_keep([(r.day, r.last_seq - r.first_seq + 1)
                                  for r in records.values()], set())
-            for built in build_days(root, self.store.events(persona), self.store.blob):
+            pages = self.store.event_pages(persona)
+            for built in build_days_from_pages(root, persona, pages, self.store.blob):
                 recorded = records[built.day].world_hash
                 status = "replayed" if built.world_hash == recorded else "mismatch"
                 if status == "replayed" and built.day in keep:

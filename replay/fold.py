@@ -7,8 +7,9 @@ and equals a full re-hash of the world, so the world hash does not depend on his
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from replay.errors import ApplyError, EventFailed
 from replay.files import copy_tree
 from replay.hashing import Manifest
 from replay.rehash import DayHasher
-from worldstore.events import StoredEvent
+from worldstore.events import EventRow, StoredEvent, event_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,32 +41,63 @@ def build_days(
     is hashed; one BuiltDay is yielded per day. `lines` maps seq -> source line, so that an
     import error can name the line of the file.
     """
+    stream = iter(events)
+    first = next(stream, None)
+    if first is not None:
+        yield from build_days_from_pages(
+            root, first.persona, _pages(itertools.chain((first,), stream)), blobs,
+            lines=lines, source=source)
+
+
+def build_days_from_pages(
+    root: Path, persona: str, pages: Iterable[Sequence[EventRow]], blobs: BlobSource,
+    *, lines: dict[int, int] | None = None, source: str | None = None,
+) -> Iterator[BuiltDay]:
+    """``build_days`` over the events of `persona` as rows, page by page (the store's
+    ``event_pages``: replay's scan, with no object built per event)."""
     builder = WorldBuilder(root, blobs)
     hasher = DayHasher(root, builder.idle_connection)
     current: int | None = None
-    count = index = 0
-    persona = ""
+    count = 0
     started = time.perf_counter()
     try:
-        for event in events:
-            if current is not None and event.day != current:
-                yield _finish(builder, hasher, persona, current, count, started)
-                count = index = 0
-                started = time.perf_counter()
-            current, persona = event.day, event.persona
-            try:
-                builder.apply(event)
-            except EventFailed as exc:
-                raise ApplyError(
-                    str(exc), persona=event.persona, day=event.day, index=index,
-                    line=(lines or {}).get(event.seq), source=source,
-                ) from None
-            count += 1
-            index += 1
+        for rows in pages:
+            at, end = 0, len(rows)
+            while at < end:
+                day = rows[at][1]
+                if current is not None and day != current:
+                    yield _finish(builder, hasher, persona, current, count, started)
+                    count = 0
+                    started = time.perf_counter()
+                if day != current:
+                    builder.track_rows(hasher.reads_rows)
+                current = day
+                try:
+                    stop = builder.apply_rows(rows, at)
+                except EventFailed as exc:
+                    failed = rows[builder.failed_at]
+                    raise ApplyError(
+                        str(exc), persona=persona, day=day,
+                        index=count + builder.failed_at - at,
+                        line=(lines or {}).get(failed[0]), source=source,
+                    ) from None
+                count += stop - at
+                at = stop
         if current is not None:
             yield _finish(builder, hasher, persona, current, count, started)
     finally:
         builder.abort()
+
+
+def _pages(events: Iterable[StoredEvent], size: int = 1024) -> Iterator[list[EventRow]]:
+    page: list[EventRow] = []
+    for event in events:
+        page.append(event_row(event))
+        if len(page) >= size:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 def build_day_on(base: Path | None, root: Path, events: Iterable[StoredEvent],

@@ -32,6 +32,7 @@ for many generated logs, that every day's manifest equals a full re-hash.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import operator
 from collections.abc import Callable
@@ -117,6 +118,9 @@ class _Shape:
     infos: list[TableInfo]
     referrers: dict[str, frozenset[str]]  # table -> tables with a foreign key to it
     has_virtual: bool
+    # The schema cookie it was read at, through the builder's connection (None: not
+    # known). While the cookie stays, so does the schema: SQLite moves it on every change.
+    cookie: int | None = None
 
     def dirty(self, written: set[str]) -> set[str]:
         """The written tables and every table a foreign key cascade could reach from them."""
@@ -144,6 +148,12 @@ class DayHasher:
         self._rows: dict[tuple[str, str], _Rows] = {}  # (service, table) -> encodings
         self._rows_bytes = 0
         self._written_rows: dict[str, dict[str, set[int]]] = {}
+
+    @property
+    def reads_rows(self) -> bool:
+        """Whether the next manifest reads ``DayChanges.rows`` (not on the first day, which
+        is hashed in full)."""
+        return self._last is not None
 
     def manifest(self, changes: DayChanges) -> Manifest:
         """The world's manifest now; `changes` is everything written since the last call."""
@@ -179,23 +189,40 @@ class DayHasher:
             guard = live.authorizer
             live.authorizer = None  # hashing's own queries are not events
             try:
-                # (A TEMP table could shadow a main one in the unqualified hashing queries.)
-                if not _has_temp_objects(live):
-                    return self._read_service(name, live, before, written)
+                # One read transaction for all of the service's queries: each on its own
+                # would take and drop the file's lock and check its header again.
+                live.execute("BEGIN")
+                try:
+                    # The header's numbers, the schema's version (SQLite's schema cookie,
+                    # moved by every schema change) and whether there are TEMP objects
+                    # (one could shadow a main table in the unqualified hashing queries).
+                    found = live.execute(_HEADER).fetchone()
+                    if found is not None and not found[3]:
+                        user_version, application_id, cookie = found[0], found[1], found[2]
+                        shape = self._shapes.get(name)
+                        schema = (shape.schema if shape is not None and shape.cookie == cookie
+                                  else service_header(live)[2])
+                        return self._read_service(name, live, before, written,
+                                                  (user_version, application_id, schema),
+                                                  cookie)
+                finally:
+                    if live.in_transaction:  # (not after SQLite rolled back an error)
+                        live.execute("COMMIT")
             except apsw.Error:
                 pass  # the event connection's guards (limits, deadline) got in the way
             finally:
                 live.authorizer = guard
         try:
             with open_readonly(path) as conn:
-                return self._read_service(name, conn, before, written)
+                return self._read_service(name, conn, before, written, service_header(conn))
         except apsw.Error as exc:  # the same refusal as a full hash gives
             raise WorldDirError(f"{path}: not a readable SQLite database ({exc})") from None
 
     def _read_service(self, name: str, conn: apsw.Connection, before: ServiceManifest | None,
-                      written: set[str] | None) -> ServiceManifest:
-        user_version, application_id, schema = service_header(conn)
-        shape = self._shape(name, conn, schema)
+                      written: set[str] | None, header: tuple[int, int, Schema],
+                      cookie: int | None = None) -> ServiceManifest:
+        user_version, application_id, schema = header
+        shape = self._shape(name, conn, schema, cookie)
         if shape.has_virtual:  # always hashed in full: no rows worth keeping
             self._forget_rows(name)
             tables = table_digests(conn, shape.infos)
@@ -242,14 +269,19 @@ class DayHasher:
         for key in [k for k in self._rows if k[0] == service]:
             self._drop_rows(key)
 
-    def _shape(self, name: str, conn: apsw.Connection, schema: Schema) -> _Shape:
+    def _shape(self, name: str, conn: apsw.Connection, schema: Schema, cookie: int | None
+               ) -> _Shape:
         shape = self._shapes.get(name)
+        if shape is not None and cookie is not None and shape.cookie == cookie:
+            return shape  # (its schema is this one: the cookie has not moved)
         if shape is None or shape.schema != schema:
             # Equal schema entries (their SQL included) give equal table infos.
             infos = table_infos(conn)
             shape = _Shape(schema, infos, _referrers(conn, infos),
-                           any(info.kind == "virtual" for info in infos))
-            self._shapes[name] = shape
+                           any(info.kind == "virtual" for info in infos), cookie)
+        elif shape.cookie != cookie:
+            shape = dataclasses.replace(shape, cookie=cookie)
+        self._shapes[name] = shape
         return shape
 
     def _files(self, before: dict[str, FileDigest], written: set[str]
@@ -318,8 +350,10 @@ def _reread(conn: apsw.Connection, info: TableInfo, rows: _Rows, written: set[in
     return True
 
 
-def _has_temp_objects(conn: apsw.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM temp.sqlite_schema LIMIT 1").fetchone() is not None
+_HEADER = ("SELECT (SELECT user_version FROM pragma_user_version), "
+           "(SELECT application_id FROM pragma_application_id), "
+           "(SELECT schema_version FROM pragma_schema_version), "
+           "EXISTS (SELECT 1 FROM temp.sqlite_schema)")
 
 
 def _unchanged(tables: dict[str, TableDigest], dirty: set[str]) -> dict[str, TableDigest]:

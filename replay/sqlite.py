@@ -134,6 +134,14 @@ class _Clock:
         self.ticks = 0  # progress-handler calls since freeze: the event's VM instructions / 1000
         self.altering = False  # the event's statement is an ALTER TABLE
 
+    def freeze(self, millis: int, seed: str) -> None:
+        self.millis = millis
+        self.seed = seed
+        self.counter = 0
+        self.denied = None
+        self.ticks = 0
+        self.altering = False
+
 
 class _PerThread(threading.local):
     # One attribute holding a plain object: replay freezes the clock once per event, and
@@ -169,13 +177,14 @@ def _ensure_vfs() -> None:
 
 def freeze(millis: int, seed: str) -> None:
     """Freeze this thread's SQLite clock and seed its randomness (one event's worth)."""
-    state = _THREAD.clock
-    state.millis = millis
-    state.seed = seed
-    state.counter = 0
-    state.denied = None
-    state.ticks = 0
-    state.altering = False
+    _THREAD.clock.freeze(millis, seed)
+
+
+def event_clock() -> _Clock:
+    """This thread's clock: a loop over many events calls its ``freeze`` (as ``freeze``
+    does) and reads its ``denied`` (as ``take_denial`` does) without the thread-local
+    lookup each time."""
+    return _THREAD.clock
 
 
 def _next_block() -> bytes:
@@ -359,7 +368,8 @@ def describe_failure(exc: apsw.Error) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def _watch_rowids(op: int, db: str, table: str, rowid: int) -> None:
+def watch_rowids(op: int, db: str, table: str, rowid: int) -> None:
+    """The update hook every event connection starts with: refuses rowid 2^63-1."""
     if rowid == MAX_ROWID:
         refuse_max_rowid(table)
 
@@ -425,7 +435,7 @@ def _install_event_guards(conn: apsw.Connection) -> None:
     for name, wrapper in _DATE_WRAPPERS.items():
         conn.create_scalar_function(name, wrapper, -1, deterministic=True)
     conn.drop_modules(sorted(_ALLOWED_MODULES))
-    conn.set_update_hook(_watch_rowids)
+    conn.set_update_hook(watch_rowids)
 
 
 def frozen_vfs() -> str:

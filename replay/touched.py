@@ -62,30 +62,40 @@ TOO_MANY_ROWS: set[int] = _TooManyRows()
 
 
 class RowTracker:
-    """The update hook of one service's connection: notes each rowid written into the
-    current day's ``DayChanges.rows`` (``follow`` points it at a new day's)."""
+    """The update hook of one service's connection (``hook()``): notes each rowid written,
+    per table, until ``take()`` hands them over (for the day's ``DayChanges.rows``)."""
 
     __slots__ = ("_rows",)
 
-    def __init__(self, service: str, changes: DayChanges) -> None:
+    def __init__(self) -> None:
         self._rows: dict[str, set[int]] = {}
-        self.follow(service, changes)
 
-    def follow(self, service: str, changes: DayChanges) -> None:
-        self._rows = changes.rows.setdefault(service, {})
+    def take(self) -> dict[str, set[int]]:
+        """The rowids noted since the last call, by table (as declared)."""
+        # (The hook keeps one dict for good: what it noted is moved out.)
+        noted = dict(self._rows)
+        self._rows.clear()
+        return noted
 
-    def written(self, _op: int, _db: str, table: str, rowid: int) -> None:
-        # Called by SQLite for every row written: kept to a lookup and an add. It replaces
-        # the event guards' own hook, so it keeps that hook's one check.
-        if rowid == MAX_ROWID:
-            refuse_max_rowid(table)
-        found = self._rows.get(table)
-        if found is None:
-            self._rows[table] = {rowid}
-        elif len(found) < ROWIDS_PER_TABLE:
-            found.add(rowid)
-        else:
-            self._rows[table] = TOO_MANY_ROWS
+    def hook(self) -> Callable[[int, str, str, int], None]:
+        """The update hook itself: a closure over the rowids' dict, not a bound method
+        (SQLite calls it for every row written: kept to a lookup and an add). It replaces
+        the event guards' own hook, so it keeps that hook's one check."""
+        rows = self._rows
+        find = rows.get
+
+        def written(_op: int, _db: str, table: str, rowid: int) -> None:
+            if rowid == MAX_ROWID:
+                refuse_max_rowid(table)
+            found = find(table)
+            if found is None:
+                rows[table] = {rowid}
+            elif len(found) < ROWIDS_PER_TABLE:
+                found.add(rowid)
+            else:
+                rows[table] = TOO_MANY_ROWS
+
+        return written
 
 
 class WriteLog:
@@ -97,7 +107,9 @@ class WriteLog:
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._guard: Authorizer | None = conn.authorizer
-        self._known: dict[str, frozenset[str]] = {}
+        # SQL text -> the tables it writes (cleared in place, never replaced: the
+        # builder's per-event lookup holds this dict)
+        self.write_sets: dict[str, frozenset[str]] = {}
         self._heard = False
         self._tables: set[str] = set()
         self._everything = False
@@ -114,7 +126,7 @@ class WriteLog:
 
     def known(self, sql: str) -> frozenset[str] | None:
         """The tables `sql` writes, if learnt under the current schema."""
-        return self._known.get(sql)
+        return self.write_sets.get(sql)
 
     def start(self) -> None:
         """Listen to the fresh compile of one statement."""
@@ -125,12 +137,12 @@ class WriteLog:
         """What the statement since ``start()`` writes; None: possibly anything."""
         if self._everything or not self._heard:
             # The schema may have changed, so every remembered write set may be stale.
-            self._known.clear()
+            self.write_sets.clear()
             return None
         tables = frozenset(self._tables)
-        if len(self._known) >= _MEMO_LIMIT:
-            self._known.clear()
-        self._known[sql] = tables
+        if len(self.write_sets) >= _MEMO_LIMIT:
+            self.write_sets.clear()
+        self.write_sets[sql] = tables
         return tables
 
 

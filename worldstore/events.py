@@ -117,6 +117,10 @@ _PAYLOAD_JSON = msgspec.json.Encoder(order="deterministic")
 _PAYLOAD_DECODER = msgspec.json.Decoder(Payload)
 
 
+# ``decode_payload`` of a body of the current SCHEMA_VERSION, as one call (replay's path).
+decode_current_payload: Callable[[bytes], Payload] = _PAYLOAD_DECODER.decode
+
+
 def encode_payload(payload: Payload) -> bytes:
     """The stored body of an event: deterministic JSON (readable in the database)."""
     return _PAYLOAD_JSON.encode(payload)
@@ -139,6 +143,15 @@ class StoredEvent(msgspec.Struct, kw_only=True, frozen=True):
     @property
     def type(self) -> str:
         return self.payload.__struct_config__.tag  # type: ignore[return-value]
+
+
+# One stored event as replay reads it: (seq, day, ts, event_id, schema_version, body), the
+# columns the fold needs and no more (no persona, no prev), with no object built per event.
+EventRow = tuple[int, int, str, str, int, bytes]
+
+
+def event_row(event: StoredEvent) -> EventRow:
+    return (event.seq, event.day, event.ts, event.event_id, event.schema_version, event.body)
 
 
 def compute_event_id(

@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -22,7 +22,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from worldstore.errors import ConflictError, DayOrderError, NotFoundError, StoreError
-from worldstore.events import StoredEvent
+from worldstore.events import EventRow, StoredEvent
 from worldstore.schema import blobs, claims, days, episodes, events, metadata, personas
 from worldstore.store import (
     ClaimRecord,
@@ -40,6 +40,10 @@ _WAL_ATTEMPTS = 600  # ~60 s in all, the same patience as the busy timeout
 _EVENT_COLUMNS = (  # what events() reads (persona is the one asked for)
     events.c.seq, events.c.day, events.c.ts, events.c.prev,
     events.c.event_id, events.c.schema_version, events.c.body,
+)
+_EVENT_ROW_COLUMNS = (  # what event_pages() reads: an EventRow
+    events.c.seq, events.c.day, events.c.ts, events.c.event_id, events.c.schema_version,
+    events.c.body,
 )
 
 
@@ -248,13 +252,45 @@ class SqlEventStore(WorldStore):
                 return
             next_seq = rows[-1][0] + 1
 
+    def event_pages(self, persona: str, first_seq: int = 0,
+                    last_seq: int | None = None) -> Iterator[list[EventRow]]:
+        # Replay's scan: the driver's rows are the EventRow tuples themselves (no object
+        # per event), without the columns replay does not read (persona, prev).
+        sql = self._event_rows_sql
+        last = last_seq if last_seq is not None else 2**62
+        next_seq = first_seq
+        while True:
+            with self.engine.connect() as conn:
+                cursor = conn.connection.cursor()
+                try:
+                    cursor.execute(sql, {"persona": persona, "first": next_seq, "last": last,
+                                         "page": EVENT_PAGE})
+                    # (a list of tuples, from either driver: EventRows as they come)
+                    rows = cast("list[EventRow]", cursor.fetchall())
+                finally:
+                    cursor.close()
+            if rows and type(rows[0][5]) is not bytes:  # (a driver's buffer type)
+                rows = [(*row[:5], bytes(row[5])) for row in rows]
+            if rows:
+                yield rows
+            if len(rows) < EVENT_PAGE:
+                return
+            next_seq = rows[-1][0] + 1
+
     @functools.cached_property
     def _events_sql(self) -> str:
+        return self._scan_sql(_EVENT_COLUMNS)
+
+    @functools.cached_property
+    def _event_rows_sql(self) -> str:
+        return self._scan_sql(_EVENT_ROW_COLUMNS)
+
+    def _scan_sql(self, columns: tuple[sa.Column[Any], ...]) -> str:
         def param(name: str) -> str:
             return f"%({name})s" if self._is_pg else f":{name}"
 
-        columns = ", ".join(c.name for c in _EVENT_COLUMNS)
-        return (f"SELECT {columns} FROM events WHERE persona = {param('persona')} "
+        names = ", ".join(c.name for c in columns)
+        return (f"SELECT {names} FROM events WHERE persona = {param('persona')} "
                 f"AND seq >= {param('first')} AND seq <= {param('last')} "
                 f"ORDER BY seq LIMIT {param('page')}")
 

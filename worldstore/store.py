@@ -44,7 +44,7 @@ from typing import Literal, Self
 
 import msgspec
 
-from worldstore.events import StoredEvent
+from worldstore.events import EventRow, StoredEvent, event_row
 
 
 class DayRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,6 +143,19 @@ class EventStore(StoreConnection):
     def events(self, persona: str, first_seq: int = 0,
                last_seq: int | None = None) -> Iterator[StoredEvent]:
         """The persona's events with first_seq <= seq <= last_seq, in seq order."""
+
+    def event_pages(self, persona: str, first_seq: int = 0,
+                    last_seq: int | None = None) -> Iterator[list[EventRow]]:
+        """The same events as ``events()``, as replay reads them: lists of ``EventRow``
+        tuples, in seq order. A store may override this with a leaner scan."""
+        page: list[EventRow] = []
+        for event in self.events(persona, first_seq, last_seq):
+            page.append(event_row(event))
+            if len(page) >= 1024:
+                yield page
+                page = []
+        if page:
+            yield page
 
     @abc.abstractmethod
     def blob(self, digest: str) -> bytes:

@@ -47,6 +47,7 @@ from worldstore.events import (
     Payload,
     SqlPayload,
     StoredEvent,
+    event_row,
     make_event,
 )
 from worldstore.store import (
@@ -484,6 +485,22 @@ class EventStoreContract(StoreContract[EventStore]):
         day1 = store.day("big", 1)
         self.assertEqual(list(store.events("big", day1.first_seq, day1.last_seq)),
                          second.events)
+
+    def test_event_pages_are_the_events_as_rows(self) -> None:
+        store = self.store
+        page = self.event_page
+        append(store, next_day(store, "big", 0, n_sql=page + 3))
+        append(store, next_day(store, "big", 1, n_sql=page - 1))
+        append(store, next_day(store, "small", 0))  # events of another persona interleave
+        total = 2 * page + 2
+        for first_seq, last_seq in [(0, None), (0, page - 1), (page - 2, page + 1),
+                                    (page, None), (total - 1, None), (total, None), (5, 4)]:
+            want = [event_row(e) for e in store.events("big", first_seq, last_seq)]
+            pages = list(store.event_pages("big", first_seq, last_seq))
+            self.assertTrue(all(pages), (first_seq, last_seq))  # no empty page
+            got = [row for rows in pages for row in rows]
+            self.assertEqual(got, want, (first_seq, last_seq))
+            self.assertTrue(all(type(row[5]) is bytes for row in got))
 
     def test_two_reads_of_a_stream_can_interleave(self) -> None:
         store = self.store
