@@ -311,9 +311,12 @@ class Browser:
 
     def _close_if_idle(self) -> None:
         with self._lock:
-            idle = self._pages == 0
-        if idle:
-            self.close()
+            if self._pages != 0:
+                return
+            # Handed out no more from here (shared_browser starts another), so no page
+            # can be opened on a process that is being stopped.
+            self.alive = False
+        self.close()
 
     @property
     def pages(self) -> int:
