@@ -227,36 +227,30 @@ class SqlEventStore(WorldStore):
 
     def events(self, persona: str, first_seq: int = 0,
                last_seq: int | None = None) -> Iterator[StoredEvent]:
-        # Paged by seq so a long stream is never held in memory or in one transaction.
-        # The hot path of replay: rows come straight from the driver's cursor as tuples.
-        sql = self._events_sql
-        last = last_seq if last_seq is not None else 2**62
-        next_seq = first_seq
-        while True:
-            with self.engine.connect() as conn:
-                cursor = conn.connection.cursor()
-                try:
-                    cursor.execute(sql, {"persona": persona, "first": next_seq, "last": last,
-                                         "page": EVENT_PAGE})
-                    rows = cursor.fetchall()
-                finally:
-                    cursor.close()
-            # (persona is the one asked for: the query matches it exactly, so it is not
-            # read back once per row)
+        # (persona is the one asked for: the query matches it exactly, so it is not read
+        # back once per row)
+        for rows in self._scan(self._events_sql, persona, first_seq, last_seq):
             for seq, day, ts, prev, event_id, schema_version, body in rows:
                 yield StoredEvent(
                     persona=persona, seq=seq, day=day, ts=ts, prev=prev, event_id=event_id,
                     schema_version=schema_version, body=bytes(body),
                 )
-            if len(rows) < EVENT_PAGE:
-                return
-            next_seq = rows[-1][0] + 1
 
     def event_pages(self, persona: str, first_seq: int = 0,
                     last_seq: int | None = None) -> Iterator[list[EventRow]]:
         # Replay's scan: the driver's rows are the EventRow tuples themselves (no object
         # per event), without the columns replay does not read (persona, prev).
-        sql = self._event_rows_sql
+        for rows in self._scan(self._event_rows_sql, persona, first_seq, last_seq):
+            if type(rows[0][5]) is not bytes:  # (a driver's buffer type)
+                rows = [(*row[:5], bytes(row[5])) for row in rows]
+            # (a list of tuples, from either driver: EventRows as they come)
+            yield cast("list[EventRow]", rows)
+
+    def _scan(self, sql: str, persona: str, first_seq: int, last_seq: int | None
+              ) -> Iterator[list[Any]]:
+        """The rows of `sql` (seq first) for `persona`, a page at a time: paged by seq so a
+        long stream is never held in memory or in one transaction. The hot path of
+        replay: rows come straight from the driver's cursor as tuples."""
         last = last_seq if last_seq is not None else 2**62
         next_seq = first_seq
         while True:
@@ -265,12 +259,9 @@ class SqlEventStore(WorldStore):
                 try:
                     cursor.execute(sql, {"persona": persona, "first": next_seq, "last": last,
                                          "page": EVENT_PAGE})
-                    # (a list of tuples, from either driver: EventRows as they come)
-                    rows = cast("list[EventRow]", cursor.fetchall())
+                    rows = cast("list[Any]", cursor.fetchall())  # a list from either driver
                 finally:
                     cursor.close()
-            if rows and type(rows[0][5]) is not bytes:  # (a driver's buffer type)
-                rows = [(*row[:5], bytes(row[5])) for row in rows]
             if rows:
                 yield rows
             if len(rows) < EVENT_PAGE:
