@@ -138,7 +138,7 @@ from envs.contract import ToolResult
 from envs.episode import ShellCall
 from envs.episodes_store import save_episode
 from envs.errors import GatewayError
-from envs.gui import GUI_ACTIONS, GUI_TOOLS
+from envs.gui import GUI_ACTIONS, gui_argument_problem
 from envs.instance import Environment, GuiResult, Instance
 from envs.mcp import Mode, instance_server
 from envs.site import MAX_FORM_BYTES, PageResponse
@@ -1204,31 +1204,9 @@ def _gui_action(request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if not isinstance(arguments, dict):
         raise _HttpError(400, f"the arguments of a GUI action must be an object, not "
                               f"{_shown(arguments)}")
-    schema = next(t.input_schema for t in GUI_TOOLS if t.name == f"gui_{action}")
-    properties: dict[str, Any] = schema["properties"]
-    unknown = sorted(set(arguments) - set(properties))
-    if unknown:
-        raise _HttpError(400, f"gui_{action} has no argument(s) "
-                              f"{', '.join(_shown(u) for u in unknown[:5])}: it takes "
-                              f"{', '.join(sorted(properties)) or 'none'}")
-    for name in schema.get("required", ()):
-        if name not in arguments:
-            raise _HttpError(400, f"gui_{action} needs the argument {name!r}")
-    for name, value in arguments.items():
-        spec = properties[name]
-        if spec["type"] == "integer":
-            if not isinstance(value, int) or isinstance(value, bool) or not (
-                    spec.get("minimum", -(1 << 63)) <= value <= spec.get("maximum", 1 << 63)):
-                raise _HttpError(400, f"gui_{action}: {name} must be an integer from "
-                                      f"{spec.get('minimum')} to {spec.get('maximum')}, not "
-                                      f"{_shown(value)}")
-        elif not isinstance(value, str) or len(value) > spec.get("maxLength", MAX_BODY):
-            raise _HttpError(400, f"gui_{action}: {name} must be a string of at most "
-                                  f"{spec.get('maxLength', MAX_BODY)} characters, not "
-                                  f"{_shown(value)}")
-        elif "enum" in spec and value not in spec["enum"]:
-            raise _HttpError(400, f"gui_{action}: {name} must be one of "
-                                  f"{', '.join(spec['enum'])}, not {_shown(value)}")
+    problem = gui_argument_problem(action, arguments)
+    if problem is not None:
+        raise _HttpError(400, problem)
     return action, arguments
 
 

@@ -30,7 +30,8 @@ from envs.errors import BrowserError
 from envs.site import ORIGIN
 from worldstore.canonical import digest
 
-__all__ = ["GUI_ACTIONS", "GUI_TOOLS", "GuiOutcome", "GuiSession", "gui_tool_action"]
+__all__ = ["GUI_ACTIONS", "GUI_TOOLS", "GuiOutcome", "GuiSession", "gui_argument_problem",
+           "gui_tool_action"]
 
 GUI_PREFIX = "gui_"
 MAX_TEXT = 2_000
@@ -203,7 +204,9 @@ class GuiSession:
         handler = handlers.get(action)
         if handler is None:
             raise _Refused(f"unknown GUI action {action!r}; actions: {', '.join(GUI_ACTIONS)}")
-        _check_arguments(action, arguments)
+        problem = gui_argument_problem(action, arguments)
+        if problem is not None:
+            raise _Refused(problem)
         if action != "open" and self._page is None:
             self._ensure_page()
             self._page_or_fail().navigate(ORIGIN + "/")
@@ -310,29 +313,43 @@ class GuiSession:
         return png, shot
 
 
-def _check_arguments(action: str, arguments: dict[str, Any]) -> None:
-    info = next(t for t in GUI_TOOLS if t.name == GUI_PREFIX + action)
-    allowed = info.input_schema["properties"]
+def gui_argument_problem(action: str, arguments: dict[str, Any]) -> str | None:
+    """Why `arguments` do not fit the schema of the ``gui_`` tool of `action` (unknown or
+    missing arguments, a wrong type, a number out of range, text too long, a value not
+    among the allowed ones); None when they fit. The one check of GUI arguments: the
+    session's and the gateway's."""
+    schema = next(t.input_schema for t in GUI_TOOLS if t.name == GUI_PREFIX + action)
+    allowed: dict[str, Any] = schema["properties"]
     unknown = sorted(set(arguments) - set(allowed))
     if unknown:
-        raise _Refused(f"gui_{action}: unknown argument(s) {unknown}; it takes "
-                       f"{sorted(allowed) or 'none'}")
-    for name in info.input_schema.get("required", []):
+        return (f"gui_{action} has no argument {', '.join(map(_clip, unknown[:5]))}: it "
+                f"takes {', '.join(sorted(allowed)) or 'none'}")
+    for name in schema.get("required", ()):
         if name not in arguments:
-            raise _Refused(f"gui_{action}: the argument {name!r} is required")
+            return f"gui_{action} needs the argument {name!r}"
     for name, value in arguments.items():
-        kind = allowed[name]["type"]
-        if not isinstance(value, _TYPES[kind]) or (kind == "integer" and isinstance(value, bool)):
-            raise _Refused(f"gui_{action}: {name} must be {_WANTED[kind]}")
-        if isinstance(value, str) and len(value) > allowed[name].get("maxLength", MAX_TEXT):
-            raise _Refused(f"gui_{action}: {name} is longer than "
-                           f"{allowed[name].get('maxLength')} characters")
-    if action == "key" and arguments["key"] not in KEYS:
-        raise _Refused(f"gui_key: unknown key {arguments['key']!r}; keys: {', '.join(KEYS)}")
+        spec = allowed[name]
+        kind = spec["type"]
+        if kind == "integer":
+            low, high = spec.get("minimum", -(1 << 63)), spec.get("maximum", 1 << 63)
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                return (f"gui_{action}: {name} must be an integer from {low} to {high}, not "
+                        f"{_clip(value)}")
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                return f"gui_{action}: {name} must be true or false, not {_clip(value)}"
+        elif not isinstance(value, str) or len(value) > spec.get("maxLength", MAX_TEXT):
+            return (f"gui_{action}: {name} must be a string of at most "
+                    f"{spec.get('maxLength', MAX_TEXT)} characters, not {_clip(value)}")
+        elif "enum" in spec and value not in spec["enum"]:
+            return (f"gui_{action}: {name} must be one of {', '.join(spec['enum'])}, not "
+                    f"{_clip(value)}")
+    return None
 
 
-_TYPES: dict[str, type | tuple[type, ...]] = {"integer": int, "string": str, "boolean": bool}
-_WANTED = {"integer": "an integer", "string": "text", "boolean": "true or false"}
+def _clip(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def _has_target(arguments: dict[str, Any]) -> bool:

@@ -414,6 +414,9 @@ def test_rest_gui_actions_and_their_refusals(rest: httpx2.Client) -> None:
     # An action the page cannot do is an error result, not a refused request.
     missing = rest.post(url, json={"action": "click", "arguments": {"element": 999}})
     assert missing.status_code == 200 and missing.json()["is_error"]
+    # A boolean argument is taken as the tool's schema says (type's clear).
+    typed = rest.post(url, json={"action": "type", "arguments": {"text": "x", "clear": True}})
+    assert typed.status_code == 200, typed.text
 
     for request, status, words in (
             ({"action": "dance"}, 400, ("unknown GUI action", "click")),
@@ -427,6 +430,8 @@ def test_rest_gui_actions_and_their_refusals(rest: httpx2.Client) -> None:
             ({"action": "click", "arguments": {"x": 1, "y": 99999}}, 400, ("0 to 4096",)),
             ({"action": "key", "arguments": {"key": "F13"}}, 400, ("must be one of",)),
             ({"action": "screenshot", "arguments": {"full": True}}, 400, ("no argument",)),
+            ({"action": "type", "arguments": {"text": "x", "clear": 1}}, 400,
+             ("true or false",)),
             ({"action": "read", "extra": 1}, 400, ("unknown field",))):
         refused(rest.post(url, json=request), status, *words)
     refused(rest.get(url), 405, "POST", made["gui_url"])
@@ -434,8 +439,8 @@ def test_rest_gui_actions_and_their_refusals(rest: httpx2.Client) -> None:
     plain = create(rest)
     refused(rest.post(f"/instances/{plain['id']}/gui", json={"action": "screenshot"}), 409,
             "without the GUI")
-    # The refused requests did not reach the instance: three actions were recorded.
-    assert rest.get(f"/instances/{made['id']}").json()["calls"] == 3
+    # The refused requests did not reach the instance: four actions were recorded.
+    assert rest.get(f"/instances/{made['id']}").json()["calls"] == 4
 
     # A reset closes the instance's page: the next action starts a fresh one at /.
     reset = rest.post(f"/instances/{made['id']}/reset").json()

@@ -134,13 +134,15 @@ def test_bad_actions_are_error_results(inst: Instance) -> None:
     cases = [("fly", {}, "unknown GUI action"),
              ("open", {"url": "https://example.com/"}, "only this computer's web apps"),
              ("open", {"url": "file:///etc/passwd"}, "only this computer's web apps"),
-             ("open", {}, "'url' is required"),
+             ("open", {}, "needs the argument 'url'"),
              ("click", {"element": 99}, "gui_read"),
              ("click", {"name": "No such button"}, "no element named"),
              ("click", {"x": 5}, "both x and y"),
-             ("key", {"key": "F13"}, "unknown key"),
+             ("key", {"key": "F13"}, "must be one of"),
              ("scroll", {"dy": "down"}, "must be an integer"),
-             ("type", {"text": "x", "colour": "red"}, "unknown argument")]
+             ("scroll", {"dy": 99999}, "from -10000 to 10000"),
+             ("type", {"text": "x", "clear": "yes"}, "true or false"),
+             ("type", {"text": "x", "colour": "red"}, "no argument 'colour'")]
     for action, arguments, expected in cases:
         result = inst.gui(action, arguments)
         assert result.is_error and expected in result.text, (action, result.text)
