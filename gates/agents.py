@@ -48,11 +48,17 @@ def take_step(instance: Instance, index: int, step: Step, reasoning: str = "") -
         return TurnRecord(index=index, step=step, observation=observation,
                           is_error=call.exit_code != 0, reasoning=reasoning)
     if isinstance(step, GuiStep):
-        done = instance.gui(step.action, dict(step.arguments))
-        return TurnRecord(index=index, step=step, observation=done.text,
-                          is_error=done.is_error, reasoning=reasoning,
-                          screenshot=done.screenshot)
+        return gui_turn(instance, index, step, reasoning)[0]
     return TurnRecord(index=index, step=step, observation="", reasoning=reasoning)
+
+
+def gui_turn(instance: Instance, index: int, step: GuiStep, reasoning: str = ""
+             ) -> tuple[TurnRecord, bytes | None]:
+    """Execute a GUI step and keep its screenshot: the turn, and the PNG an agent may be
+    shown (None when the action left no page)."""
+    done = instance.gui(step.action, dict(step.arguments))
+    return TurnRecord(index=index, step=step, observation=done.text, is_error=done.is_error,
+                      reasoning=reasoning, screenshot=done.screenshot), done.image
 
 
 class ScriptedAgent:
@@ -172,5 +178,5 @@ def _is_scripted_name(name: str) -> bool:
     return name in SCRIPTED or (name.startswith("first-") and name[len("first-"):].isdigit())
 
 
-__all__ = ["Agent", "AgentSpec", "ScriptedAgent", "parse_agent_spec", "scripted",
+__all__ = ["Agent", "AgentSpec", "ScriptedAgent", "gui_turn", "parse_agent_spec", "scripted",
            "step_interface", "take_step"]

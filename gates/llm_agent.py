@@ -55,7 +55,7 @@ from typing import Any, Literal
 from envs.contract import ToolInfo
 from envs.gui import GUI_TOOLS, gui_tool_action
 from envs.instance import Instance
-from gates.agents import take_step
+from gates.agents import gui_turn, take_step
 from gates.contract import (
     AnswerStep,
     GuiStep,
@@ -360,15 +360,6 @@ def tool_schemas(infos: Sequence[ToolInfo], *, gui: bool) -> list[dict[str, Any]
     data offer exactly these."""
     return [*(mcp_tool(t) for t in infos), *(GUI_TOOL_SCHEMAS if gui else ()), SHELL_TOOL,
             ANSWER_TOOL]
-
-
-def gui_turn(instance: Instance, index: int, step: GuiStep, reasoning: str = ""
-             ) -> tuple[TurnRecord, bytes | None]:
-    """Execute a GUI step (as ``gates.agents.take_step`` does) and keep its screenshot:
-    the turn, and the PNG the model is shown (None when the action left no page)."""
-    done = instance.gui(step.action, dict(step.arguments))
-    return TurnRecord(index=index, step=step, observation=done.text, is_error=done.is_error,
-                      reasoning=reasoning, screenshot=done.screenshot), done.image
 
 
 def screenshot_caption(action: str, observation: str) -> str:

@@ -267,7 +267,7 @@ def test_a_gui_call_on_a_task_without_gui_is_refused(inst: Instance) -> None:
 
 def test_bad_gui_calls_are_data_for_the_model(inst: Instance, gui_task: Task) -> None:
     rules: list[dict[str, Any]] = [
-        {"when": {"last_contains": "unknown argument"},
+        {"when": {"last_contains": "has no argument"},
          "reply": call("answer", text="gave up")},
         {"when": {"last_contains": "must be a JSON object"},
          "reply": call("gui_click", where="the panel")},
@@ -279,7 +279,7 @@ def test_bad_gui_calls_are_data_for_the_model(inst: Instance, gui_task: Task) ->
     malformed, unknown, answer = trajectory.turns
     assert malformed.step == ToolStep(tool="gui_open") and malformed.is_error
     assert unknown.step == GuiStep(action="click", arguments={"where": "the panel"})
-    assert unknown.is_error and "unknown argument(s) ['where']" in unknown.observation
+    assert unknown.is_error and "gui_click has no argument 'where'" in unknown.observation
     assert answer.step == AnswerStep(text="gave up")
     # the instance refused the click (recorded as a GUI call); the malformed one never ran
     assert [(type(c), c.is_error) for c in inst.episode.calls] == [(GuiCall, True)]
