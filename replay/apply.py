@@ -88,7 +88,9 @@ class WorldBuilder:
     def connection(self, service: str) -> apsw.Connection:
         conn = self._conns.get(service)
         if conn is None:
-            conn = open_event_db(service_db(self.root, service))
+            # SQLite's default VFS: the guards freeze the clock by function (see
+            # replay.sqlite), and this way no page read or write goes through Python.
+            conn = open_event_db(service_db(self.root, service), vfs=None)
             unguarded(conn, "PRAGMA journal_mode=MEMORY")
             # Worlds are built in scratch dirs and are rebuildable from the log; nothing
             # relies on their durability (cache entries are copies), so skip the fsyncs.
@@ -98,8 +100,8 @@ class WorldBuilder:
             # sizes its nodes by it), so it must be the same on every machine.
             unguarded(conn, f"PRAGMA page_size={_PAGE_SIZE}")
             tracker = RowTracker()
-            if self._track_rows:  # (else the event guards' own hook stays)
-                conn.set_update_hook(tracker.hook())
+            if self._track_rows:  # (else the event guards' own update hook stays)
+                _hook_rows(conn, tracker)
             self._trackers[service] = tracker
             self._conns[service] = conn
             self._logs[service] = WriteLog(conn)
@@ -136,7 +138,6 @@ class WorldBuilder:
         day = rows[start][1]
         live = self._live
         clock = event_clock()
-        freeze_clock = clock.freeze
         last_ts, millis = self._ts, self._millis
         minute, minute_millis = self._minute
         index = start
@@ -154,7 +155,12 @@ class WorldBuilder:
                         if len(ts) == 20:
                             minute, minute_millis = ts[:16], millis - _SECOND_MILLIS[ts[17:19]]
                     last_ts = ts
-                freeze_clock(millis, event_id)
+                # clock.freeze(millis, event_id), its steps written out (no call per event)
+                clock.millis = millis
+                clock.seed = event_id
+                clock.counter = clock.ticks = 0
+                clock.denied = None
+                clock.altering = False
                 if version == SCHEMA_VERSION:
                     payload = _decode(body)
                     # No "{" in the body past its own opening one: no JSON object among
@@ -215,7 +221,11 @@ class WorldBuilder:
         if on != self._track_rows:
             self._track_rows = on
             for service, conn in self._conns.items():
-                conn.set_update_hook(self._trackers[service].hook() if on else watch_rowids)
+                if on:
+                    _hook_rows(conn, self._trackers[service])
+                else:
+                    conn.preupdate_hook(None)
+                    conn.set_update_hook(watch_rowids)
 
     def commit(self) -> None:
         """End the day: commit every service transaction the day opened."""
@@ -267,6 +277,13 @@ _decode = decode_current_payload
 
 _CACHE_KIB = 65536  # page cache per service connection while building (64 MiB at most)
 _PAGE_SIZE = 4096  # SQLite's default, the page size of every world built so far
+
+
+def _hook_rows(conn: apsw.Connection, tracker: RowTracker) -> None:
+    """Note the rowids `conn` writes in `tracker` (its preupdate hook, which also keeps
+    the guards' watch on rowid 2^63-1) instead of the guards' update hook."""
+    conn.set_update_hook(None)
+    conn.preupdate_hook(tracker.hook())
 
 
 def apply_event(payload: Payload, world: WorldBuilder) -> None:

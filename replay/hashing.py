@@ -74,7 +74,7 @@ class TableInfo:
     kind: str  # 'table' or 'virtual'
     key: tuple[str, ...] = ()  # primary-key columns when they totally order the rows
     # The key is one INTEGER PRIMARY KEY of a rowid table: its value is the rowid, which
-    # SQLite's update hook reports for every row a statement writes.
+    # SQLite's preupdate hook reports for every row a statement writes.
     rowid_key: bool = False
 
 

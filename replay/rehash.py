@@ -33,34 +33,40 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import json
 import operator
+import os
+import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
+import msgspec
+import xxhash
 
 from replay.errors import WorldDirError
 from replay.hashing import (
     MANIFEST_FORMAT,
+    ROW_CHUNK,
     FileDigest,
     Manifest,
     Schema,
     ServiceManifest,
     TableDigest,
     TableInfo,
-    digest_of_encoded_rows,
     file_digest,
     service_header,
     table_digests,
     table_infos,
     world_manifest,
 )
-from replay.layout import iter_apps, iter_workspace, list_services, service_db
-from replay.sqlite import open_readonly, quote_ident
+from replay.layout import WORKSPACE, iter_apps, list_services, service_db
+from replay.sqlite import open_readonly, quote_ident, unguarded
 from replay.touched import TOO_MANY_ROWS, DayChanges
-from worldstore.canonical import canonical_bytes
+from worldstore.canonical import array_header, canonical_bytes
 
 ROW_CACHE_BYTES = 128 << 20  # row encodings a hasher keeps in all, over every table
 # Past one row in _REREAD_SHARE of a table written (other than new rows at its end), one
@@ -68,46 +74,157 @@ ROW_CACHE_BYTES = 128 << 20  # row encodings a hasher keeps in all, over every t
 _REREAD_SHARE = 3
 
 
+SEGMENT_ROWS = 32  # rows a segment of a held table starts with (split past twice that)
+_RAWS = msgspec.msgpack.Decoder(list[msgspec.Raw])  # an array's items, each as its bytes
+
+
 @dataclass(slots=True)
+class _Segment:
+    """A run of a held table's rows, in key order: their keys and their canonical
+    encodings joined; ``lengths`` (each encoding's length) is worked out from the joined
+    bytes when a row of the run first changes."""
+
+    keys: list[int]
+    joined: bytes
+    lengths: list[int] | None = None
+
+    def row_lengths(self) -> list[int]:
+        if self.lengths is None:
+            raws = _RAWS.decode(array_header(len(self.keys)) + self.joined)
+            self.lengths = [len(raw) for raw in raws]
+        return self.lengths
+
+
 class _Rows:
-    """One rowid table's rows as last hashed: keys in order, and each row's canonical
-    encoding at the same position (so a digest joins them without a per-row step)."""
+    """One rowid table's rows as last hashed, in key order, as segments of a few dozen
+    rows, each holding its rows' encodings joined. A day re-joins only the segments it
+    wrote, and the digest hashes the segments in turn: the same byte stream as hashing
+    all of the table's encodings joined, without copying the table each day."""
 
-    keys: list[int] = field(default_factory=list)
-    encoded: list[bytes] = field(default_factory=list)
-    size: int = 0  # bytes of the encodings
+    __slots__ = ("count", "firsts", "segments", "size")
 
-    def put(self, key: int, data: bytes) -> None:
-        keys = self.keys
-        if not keys or key > keys[-1]:  # new rows mostly take the next key
-            keys.append(key)
-            self.encoded.append(data)
-        else:
-            at = bisect.bisect_left(keys, key)
-            if at < len(keys) and keys[at] == key:
-                self.size -= len(self.encoded[at])
-                self.encoded[at] = data
-            else:
-                keys.insert(at, key)
-                self.encoded.insert(at, data)
-        self.size += len(data)
+    def __init__(self) -> None:
+        self.segments: list[_Segment] = []
+        self.firsts: list[int] = []  # each segment's first key (for bisect)
+        self.count = 0
+        self.size = 0  # bytes of the encodings
 
-    def drop(self, key: int) -> None:
-        keys = self.keys
-        at = bisect.bisect_left(keys, key)
-        if at < len(keys) and keys[at] == key:
-            self.size -= len(self.encoded[at])
-            del keys[at]
-            del self.encoded[at]
+    @property
+    def last(self) -> int | None:
+        """The largest key held."""
+        return self.segments[-1].keys[-1] if self.segments else None
 
-    def extend(self, keys: list[int], encoded: list[bytes]) -> None:
-        """Rows whose keys are all past the last one held, in key order."""
-        self.keys += keys
-        self.encoded += encoded
-        self.size += sum(map(len, encoded))
+    def add_rows(self, keys: list[int], rows: list[tuple[Any, ...]]) -> None:
+        """Rows read from the table, in key order, all past the last key held: each run of
+        SEGMENT_ROWS is encoded in one call (an array's encoding is its header followed by
+        its items' encodings)."""
+        start = 0
+        segments = self.segments
+        if segments and len(segments[-1].keys) < SEGMENT_ROWS and keys:
+            start = SEGMENT_ROWS - len(segments[-1].keys)
+            self._grow(segments[-1], keys[:start], rows[:start])
+        for at in range(start, len(keys), SEGMENT_ROWS):
+            part = rows[at:at + SEGMENT_ROWS]
+            joined = canonical_bytes(part)[len(array_header(len(part))):]
+            segments.append(_Segment(keys[at:at + SEGMENT_ROWS], joined))
+            self.firsts.append(keys[at])
+            self.size += len(joined)
+        self.count += len(keys)
+
+    def _grow(self, segment: _Segment, keys: list[int], rows: list[tuple[Any, ...]]) -> None:
+        encoded = list(map(canonical_bytes, rows))
+        if segment.lengths is not None:
+            segment.lengths += map(len, encoded)
+        grown = b"".join((segment.joined, *encoded))
+        self.size += len(grown) - len(segment.joined)
+        segment.joined = grown
+        segment.keys += keys
+
+    def change(self, rows: dict[int, bytes | None]) -> None:
+        """Set the encodings of the rows keyed in `rows` (None: the row is gone); every
+        key is at most the last held. Each segment written is re-joined once."""
+        by_segment: dict[int, list[int]] = {}
+        for key in sorted(rows):
+            at = max(0, bisect.bisect_right(self.firsts, key) - 1)
+            by_segment.setdefault(at, []).append(key)
+        # From the last segment back, so that a split or a removal keeps the indices of
+        # the segments still to do.
+        for at in sorted(by_segment, reverse=True):
+            self._rewrite(at, by_segment[at], rows)
+
+    def _rewrite(self, at: int, changed: list[int], rows: dict[int, bytes | None]) -> None:
+        """Re-join segment `at` with the rows keyed in `changed` (sorted) set from `rows`:
+        the runs between them are copied as they are (one join in all)."""
+        segment = self.segments[at]
+        keys, lengths = segment.keys, segment.row_lengths()
+        ends = list(itertools.accumulate(lengths))  # where each row's encoding ends
+        view = memoryview(segment.joined)
+        parts: list[bytes | memoryview] = []
+        new_keys: list[int] = []
+        new_lengths: list[int] = []
+        done = offset = 0  # the first old row not yet taken, and where it starts
+        for key in changed:
+            row = bisect.bisect_left(keys, key, done)
+            if row > done:  # the unchanged run before it
+                parts.append(view[offset:ends[row - 1]])
+                new_keys += keys[done:row]
+                new_lengths += lengths[done:row]
+                done, offset = row, ends[row - 1]
+            if row < len(keys) and keys[row] == key:  # replaced or gone
+                done, offset = row + 1, ends[row]
+            data = rows[key]
+            if data is not None:
+                parts.append(data)
+                new_keys.append(key)
+                new_lengths.append(len(data))
+        if done < len(keys):
+            parts.append(view[offset:])
+            new_keys += keys[done:]
+            new_lengths += lengths[done:]
+        joined = b"".join(parts)
+        self.count += len(new_keys) - len(keys)
+        self.size += len(joined) - len(segment.joined)
+        if not new_keys:
+            del self.segments[at], self.firsts[at]
+        elif len(new_keys) <= 2 * SEGMENT_ROWS:
+            self.segments[at] = _Segment(new_keys, joined, new_lengths)
+            self.firsts[at] = new_keys[0]
+        else:  # split in runs of SEGMENT_ROWS
+            bounds = [0, *itertools.accumulate(new_lengths)]
+            pieces = [_Segment(new_keys[i:i + SEGMENT_ROWS],
+                               joined[bounds[i]:bounds[min(i + SEGMENT_ROWS, len(new_keys))]],
+                               new_lengths[i:i + SEGMENT_ROWS])
+                      for i in range(0, len(new_keys), SEGMENT_ROWS)]
+            self.segments[at:at + 1] = pieces
+            self.firsts[at:at + 1] = [piece.keys[0] for piece in pieces]
 
     def digest(self) -> TableDigest:
-        return digest_of_encoded_rows(self.encoded)
+        """The table's digest, as ``digest_of_encoded_rows`` of all its rows' encodings."""
+        h = xxhash.xxh3_128()
+        count = self.count
+        if count <= ROW_CHUNK:
+            if count:
+                h.update(array_header(count))
+                for segment in self.segments:
+                    h.update(segment.joined)
+            return TableDigest(rows=count, digest=h.hexdigest())
+        done = 0  # rows hashed so far; a chunk of ROW_CHUNK rows opens with its header
+        for segment in self.segments:
+            rows = len(segment.keys)
+            row = offset = 0
+            while row < rows:
+                if done % ROW_CHUNK == 0:
+                    h.update(array_header(min(ROW_CHUNK, count - done)))
+                take = min(rows - row, ROW_CHUNK - done % ROW_CHUNK)
+                if take == rows:
+                    h.update(segment.joined)
+                else:  # a chunk ends inside this segment
+                    size = sum(segment.row_lengths()[row:row + take])
+                    h.update(memoryview(segment.joined)[offset:offset + size])
+                    offset += size
+                row += take
+                done += take
+        return TableDigest(rows=count, digest=h.hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,37 +303,75 @@ class DayHasher:
         path = service_db(self.root, name)
         live = self._connection(name) if self._connection else None
         if live is not None:
-            guard = live.authorizer
-            live.authorizer = None  # hashing's own queries are not events
             try:
-                # One read transaction for all of the service's queries: each on its own
-                # would take and drop the file's lock and check its header again.
-                live.execute("BEGIN")
-                try:
-                    # The header's numbers, the schema's version (SQLite's schema cookie,
-                    # moved by every schema change) and whether there are TEMP objects
-                    # (one could shadow a main table in the unqualified hashing queries).
-                    found = live.execute(_HEADER).fetchone()
-                    if found is not None and not found[3]:
-                        user_version, application_id, cookie = found[0], found[1], found[2]
-                        shape = self._shapes.get(name)
-                        schema = (shape.schema if shape is not None and shape.cookie == cookie
-                                  else service_header(live)[2])
-                        return self._read_service(name, live, before, written,
-                                                  (user_version, application_id, schema),
-                                                  cookie)
-                finally:
-                    if live.in_transaction:  # (not after SQLite rolled back an error)
-                        live.execute("COMMIT")
+                known = self._unchanged_header(name, before, written)
+                if known is not None:
+                    return self._read_rows_live(name, live, before, written, known)
+                return self._read_all_live(name, live, before, written)
             except apsw.Error:
                 pass  # the event connection's guards (limits, deadline) got in the way
-            finally:
-                live.authorizer = guard
         try:
             with open_readonly(path) as conn:
                 return self._read_service(name, conn, before, written, service_header(conn))
         except apsw.Error as exc:  # the same refusal as a full hash gives
             raise WorldDirError(f"{path}: not a readable SQLite database ({exc})") from None
+
+    def _unchanged_header(self, name: str, before: ServiceManifest | None,
+                          written: set[str] | None) -> _Shape | None:
+        """The service's shape when the day only wrote rows of it (every statement's
+        write set known: no DDL, no PRAGMA), so its header and schema are as they were,
+        and it has no virtual table (whose module may run SQL the event guard refuses)."""
+        shape = self._shapes.get(name)
+        if (written is None or before is None or shape is None or shape.cookie is None
+                or shape.has_virtual or shape.schema != before.schema):
+            return None
+        return shape
+
+    def _read_rows_live(self, name: str, live: apsw.Connection, before: ServiceManifest | None,
+                        written: set[str] | None, shape: _Shape) -> ServiceManifest:
+        """Re-hash a service whose day only wrote rows, through the builder's connection
+        and under its event guard: the hashing queries only read tables, so they pass it
+        and stay in the connection's statement cache from one day to the next."""
+        assert before is not None
+        # One read transaction for all of the queries: each on its own would take and
+        # drop the file's lock and check its header again.
+        unguarded(live, "BEGIN")
+        try:
+            return self._read_service(name, live, before, written,
+                                      (before.user_version, before.application_id,
+                                       before.schema), shape.cookie)
+        finally:
+            if live.in_transaction:  # (not after SQLite rolled back an error)
+                unguarded(live, "COMMIT")
+
+    def _read_all_live(self, name: str, live: apsw.Connection, before: ServiceManifest | None,
+                       written: set[str] | None) -> ServiceManifest:
+        """Re-hash a service through the builder's connection with its guard set aside:
+        reading the header and the schema takes pragmas an event may not run. (Setting
+        the guard back expires the statements compiled without it, so no event can use
+        them unguarded.)"""
+        guard = live.authorizer
+        live.authorizer = None
+        try:
+            live.execute("BEGIN")
+            try:
+                # The header's numbers, the schema's version (SQLite's schema cookie, moved
+                # by every schema change) and whether there are TEMP objects (one could
+                # shadow a main table in the unqualified hashing queries).
+                found = live.execute(_HEADER).fetchone()
+                if found is None or found[3]:
+                    raise apsw.SQLError("TEMP objects: hash through a fresh connection")
+                user_version, application_id, cookie = found[0], found[1], found[2]
+                shape = self._shapes.get(name)
+                schema = (shape.schema if shape is not None and shape.cookie == cookie
+                          else service_header(live)[2])
+                return self._read_service(name, live, before, written,
+                                          (user_version, application_id, schema), cookie)
+            finally:
+                if live.in_transaction:  # (not after SQLite rolled back an error)
+                    live.execute("COMMIT")
+        finally:
+            live.authorizer = guard
 
     def _read_service(self, name: str, conn: apsw.Connection, before: ServiceManifest | None,
                       written: set[str] | None, header: tuple[int, int, Schema],
@@ -249,16 +404,19 @@ class DayHasher:
         if rows is not None and written is not TOO_MANY_ROWS:
             before = rows.size
             reread = _reread(conn, info, rows, written)
+            if reread:
+                found = rows.digest()
+                self._rows_bytes += rows.size - before
+                return found
             self._rows_bytes += rows.size - before
-            if reread and _row_count(conn, info) == len(rows.keys):
-                return rows.digest()
-        # No encodings held, too many rows written, or a change SQLite did not report.
+        # No encodings held, too many rows written: read it all.
         self._drop_rows(key)
         rows = _read_all(conn, info)
+        found = rows.digest()
         if self._rows_bytes + rows.size <= ROW_CACHE_BYTES:
             self._rows[key] = rows
             self._rows_bytes += rows.size
-        return rows.digest()
+        return found
 
     def _drop_rows(self, key: tuple[str, str]) -> None:
         rows = self._rows.pop(key, None)
@@ -286,25 +444,31 @@ class DayHasher:
 
     def _files(self, before: dict[str, FileDigest], written: set[str]
                ) -> dict[str, FileDigest]:
+        """The workspace's file digests: those of the previous day, with each path the
+        day's events named looked at again (without following it). Only file events
+        change the workspace while a world is built, and each changes only its own path
+        (plus empty folders, which are not hashed)."""
         if not written:
             return before
-        # The listing decides which paths exist (as a full hash would); only the paths
-        # the day's events named are read again.
-        files = {}
-        for rel, path in iter_workspace(self.root):
-            kept = before.get(rel)
-            files[rel] = kept if kept is not None and rel not in written else file_digest(path)
+        files = dict(before)
+        workspace = self.root / WORKSPACE
+        for rel in written:
+            path = workspace / rel
+            try:
+                if stat.S_ISDIR(os.lstat(path).st_mode):
+                    files.pop(rel, None)
+                else:
+                    files[rel] = file_digest(path)
+            except (FileNotFoundError, NotADirectoryError):
+                files.pop(rel, None)
+        if files.keys() - before.keys():  # a new path: keep the listing's order
+            files = dict(sorted(files.items(), key=_path_order))
         return files
 
     def _apps(self, before: dict[str, FileDigest], written: bool) -> dict[str, FileDigest]:
         if not written:
             return before
         return {name: file_digest(path) for name, path in iter_apps(self.root)}
-
-
-def _row_count(conn: apsw.Connection, info: TableInfo) -> int:
-    found = conn.execute(f"SELECT count(*) FROM {quote_ident(info.name)}").fetchone()
-    return -1 if found is None else int(found[0])
 
 
 def _select(info: TableInfo) -> str:
@@ -314,39 +478,40 @@ def _select(info: TableInfo) -> str:
 
 def _read_all(conn: apsw.Connection, info: TableInfo) -> _Rows:
     rows = _Rows()
-    _append_scan(conn, info, rows, f"{_select(info)} ORDER BY {info.order_by}")
+    found = conn.execute(f"{_select(info)} ORDER BY {info.order_by}").fetchall()
+    rows.add_rows(list(map(operator.itemgetter(info.columns.index(info.key[0])), found)),
+                  found)
     return rows
-
-
-def _append_scan(conn: apsw.Connection, info: TableInfo, rows: _Rows, sql: str,
-                 params: tuple[int, ...] = ()) -> None:
-    found = conn.execute(sql, params).fetchall()
-    rows.extend(list(map(operator.itemgetter(info.columns.index(info.key[0])), found)),
-                list(map(canonical_bytes, found)))
 
 
 def _reread(conn: apsw.Connection, info: TableInfo, rows: _Rows, written: set[int]
             ) -> bool:
-    """Bring `rows` up to date for the rowids written; False: reading the whole table is
-    cheaper. Rows past the last key held are new: one range scan reads them all, whether
-    SQLite reported them or not. The others written are read again by key. (The texts
-    bind their values, so each is compiled once and then found in the statement cache.)"""
+    """Bring `rows` up to date for the rowids written, read again in one query by key;
+    a rowid not found any more is a deleted row. False: reading the whole table is
+    cheaper (past one row in _REREAD_SHARE of it written, not counting new rows at its
+    end). (The query binds the keys, so it is compiled once and then found in the
+    statement cache.)"""
+    if not written:
+        return True
+    last = rows.last
+    if last is None:
+        last = min(written) - 1
+    earlier = [r for r in written if r <= last]
+    if len(earlier) * _REREAD_SHARE > rows.count:
+        return False
     at = info.columns.index(info.key[0])
     key = quote_ident(info.key[0])
-    if not rows.keys:
-        _append_scan(conn, info, rows, f"{_select(info)} ORDER BY {key}")
-        return True
-    top = rows.keys[-1]
-    earlier = sorted(r for r in written if r <= top)
-    if len(earlier) * _REREAD_SHARE > len(rows.keys):
-        return False
+    found = conn.execute(
+        f"{_select(info)} WHERE {key} IN (SELECT value FROM json_each(?)) ORDER BY {key}",
+        (json.dumps(sorted(written)),)).fetchall()
+    keys = list(map(operator.itemgetter(at), found))
+    new = bisect.bisect_right(keys, last)  # rows from here on are past the last held
     if earlier:
-        for rowid in earlier:
-            rows.drop(rowid)
-        by_key = f"{_select(info)} WHERE {key} IN (SELECT value FROM json_each(?))"
-        for row in conn.execute(by_key, (json.dumps(earlier),)):
-            rows.put(row[at], canonical_bytes(row))
-    _append_scan(conn, info, rows, f"{_select(info)} WHERE {key} > ? ORDER BY {key}", (top,))
+        changed: dict[int, bytes | None] = dict.fromkeys(earlier)
+        changed.update(zip(keys[:new], map(canonical_bytes, found[:new]), strict=True))
+        rows.change(changed)
+    if new < len(keys):
+        rows.add_rows(keys[new:], found[new:])
     return True
 
 
@@ -354,6 +519,10 @@ _HEADER = ("SELECT (SELECT user_version FROM pragma_user_version), "
            "(SELECT application_id FROM pragma_application_id), "
            "(SELECT schema_version FROM pragma_schema_version), "
            "EXISTS (SELECT 1 FROM temp.sqlite_schema)")
+
+
+def _path_order(item: tuple[str, FileDigest]) -> bytes:
+    return item[0].encode("utf-8", "surrogateescape")  # as iter_workspace sorts paths
 
 
 def _unchanged(tables: dict[str, TableDigest], dirty: set[str]) -> dict[str, TableDigest]:

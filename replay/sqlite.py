@@ -3,9 +3,13 @@
 Every database of a world is opened through apsw, whose bundled SQLite is pinned with the
 project, so replay and hashing run the same SQL engine on every machine.
 
-* Clock: databases that events write are opened on the ``agentworlds-frozen`` VFS, whose
-  current time is whatever the caller froze for this thread (the event's ``ts``).
-  ``CURRENT_TIMESTAMP``, ``datetime('now')``, ``unixepoch()``... all read it.
+* Clock: every SQL function that can read the current time (the date functions,
+  ``timediff`` and the ``CURRENT_DATE`` / ``CURRENT_TIME`` / ``CURRENT_TIMESTAMP``
+  keywords, column defaults included) is replaced on event connections by one that runs
+  SQLite's own on a private in-memory connection on the ``agentworlds-frozen`` VFS, whose
+  current time is whatever the caller froze for this thread (the event's ``ts``). So no
+  event reads the clock of its own connection's VFS: the replay builder opens world
+  databases on SQLite's default VFS, whose file I/O does not pass through Python.
 * Randomness: ``random()`` and ``randomblob(n)`` are replaced by functions drawing from
   xxh3 in counter mode, seeded with the applying event's id.
 * Guards: an authorizer refuses ATTACH/DETACH, transaction control, and pragmas other
@@ -124,7 +128,7 @@ _TEMP = ("the TEMP schema is not allowed: it lives only as long as one import's 
 class _Clock:
     """One thread's frozen clock and the state of its current event's statement."""
 
-    __slots__ = ("altering", "counter", "denied", "millis", "seed", "ticks")
+    __slots__ = ("altering", "counter", "denied", "host", "millis", "seed", "ticks")
 
     def __init__(self) -> None:
         self.millis = _DEFAULT_MS
@@ -133,8 +137,10 @@ class _Clock:
         self.denied: str | None = None
         self.ticks = 0  # progress-handler calls since freeze: the event's VM instructions / 1000
         self.altering = False  # the event's statement is an ALTER TABLE
+        self.host = False  # the host's own statement is compiling (``unguarded``)
 
     def freeze(self, millis: int, seed: str) -> None:
+        # (WorldBuilder.apply_rows runs these steps inline: keep the two alike)
         self.millis = millis
         self.seed = seed
         self.counter = 0
@@ -280,13 +286,21 @@ def take_denial() -> str | None:
     return reason
 
 
+_HOST_AWARE: set[Callable[..., int]] = set()
+
+
 def _authorizer(op: int, p1: str | None, p2: str | None, db: str | None,
                 trigger: str | None) -> int:
+    if _THREAD.clock.host:
+        return apsw.SQLITE_OK
     reason = _refusal(op, p1, p2, db)
     if reason is None:
         return apsw.SQLITE_OK
     _THREAD.clock.denied = reason
     return apsw.SQLITE_DENY
+
+
+_HOST_AWARE.add(_authorizer)
 
 
 def _refusal(op: int, p1: str | None, p2: str | None, db: str | None) -> str | None:
@@ -386,7 +400,11 @@ def refuse_max_rowid(table: str) -> None:
 
 
 _TZ_MODIFIERS = frozenset({"localtime", "utc"})
-_MODIFIED_DATE_FUNCTIONS = ("date", "time", "datetime", "julianday", "unixepoch", "strftime")
+_MODIFIED_DATE_FUNCTIONS = ("date", "time", "datetime", "julianday", "unixepoch", "strftime",
+                            "timediff")
+# CURRENT_DATE, CURRENT_TIME and CURRENT_TIMESTAMP are calls of these 0-argument functions,
+# which an application-defined function of the same name replaces (column defaults too).
+_CLOCK_KEYWORDS = ("current_date", "current_time", "current_timestamp")
 
 
 class _BuiltinDates(threading.local):
@@ -425,7 +443,19 @@ def _date_function(name: str) -> Callable[..., Any]:
     return call
 
 
+def _clock_keyword(name: str) -> Callable[[], Any]:
+    query = f"SELECT {name}"
+
+    def call() -> Any:
+        for (value,) in _builtin_dates().execute(query):
+            return value
+        return None
+
+    return call
+
+
 _DATE_WRAPPERS = {name: _date_function(name) for name in _MODIFIED_DATE_FUNCTIONS}
+_CLOCK_WRAPPERS = {name: _clock_keyword(name) for name in _CLOCK_KEYWORDS}
 
 
 def _install_event_guards(conn: apsw.Connection) -> None:
@@ -434,6 +464,11 @@ def _install_event_guards(conn: apsw.Connection) -> None:
     watch on rowid 2^63-1."""
     for name, wrapper in _DATE_WRAPPERS.items():
         conn.create_scalar_function(name, wrapper, -1, deterministic=True)
+    for name, keyword in _CLOCK_WRAPPERS.items():
+        # (deterministic, as SQLite's own: a column DEFAULT may use it; like SQLite's own,
+        # it is evaluated once per statement run, on the clock frozen for that event)
+        conn.create_scalar_function(name, keyword, 0,  # type: ignore[arg-type]
+                                    deterministic=True)
     conn.drop_modules(sorted(_ALLOWED_MODULES))
     conn.set_update_hook(watch_rowids)
 
@@ -445,9 +480,10 @@ def frozen_vfs() -> str:
     return FROZEN_VFS
 
 
-def open_event_db(path: Path, *, vfs: str = FROZEN_VFS) -> apsw.Connection:
-    """Open (creating) a service database for applying events, with every guard on. `vfs`
-    is FROZEN_VFS or one built on it (``frozen_vfs()``), or the clock is not frozen."""
+def open_event_db(path: Path, *, vfs: str | None = FROZEN_VFS) -> apsw.Connection:
+    """Open (creating) a service database for applying events, with every guard on. The
+    clock is frozen whatever `vfs` is (FROZEN_VFS, one built on it with ``frozen_vfs()``,
+    or None: SQLite's default)."""
     _ensure_vfs()
     conn = apsw.Connection(
         str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs
@@ -499,15 +535,39 @@ def guarded(conn: apsw.Connection) -> Iterator[apsw.Connection]:
         conn.authorizer = before
 
 
-def unguarded(conn: apsw.Connection, sql: str) -> None:
-    """Run `sql` on an event connection past its authorizer: the host's own settings
-    (pragmas an event may not run), never an event's SQL."""
+def unguarded(conn: apsw.Connection, sql: str) -> list[Any]:
+    """Run `sql` on an event connection past its guard, and return its rows: the host's
+    own statements (transaction control, settings, header pragmas), never an event's SQL.
+
+    The guard lets everything through while this thread compiles it, and the statement
+    is compiled afresh and never cached: a later event with the same text must meet the
+    guard. (Swapping the authorizer out instead would expire every prepared statement of
+    the connection, so each event statement would be compiled again after each day.)"""
     guard = conn.authorizer
-    conn.authorizer = None
+    if guard is not None and getattr(guard, "__func__", guard) not in _HOST_AWARE:
+        conn.authorizer = None  # an authorizer that does not know the host's statements
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.authorizer = guard
+    clock = _THREAD.clock
+    clock.host = True
     try:
-        conn.execute(sql).fetchall()
+        return conn.execute(sql, can_cache=False).fetchall()
     finally:
-        conn.authorizer = guard
+        clock.host = False
+
+
+def host_compiling() -> bool:
+    """Whether this thread is compiling the host's own statement (``unguarded``)."""
+    return _THREAD.clock.host
+
+
+def host_aware(authorizer: Callable[..., int]) -> Callable[..., int]:
+    """Mark `authorizer` as one that lets the host's own statements through (it returns
+    SQLITE_OK while ``host_compiling()``), so ``unguarded`` need not swap it out."""
+    _HOST_AWARE.add(authorizer)
+    return authorizer
 
 
 def quote_ident(name: str) -> str:

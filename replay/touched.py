@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 
 import apsw
 
-from replay.sqlite import MAX_ROWID, refuse_max_rowid
+from replay.sqlite import MAX_ROWID, host_aware, host_compiling, refuse_max_rowid
 
 Authorizer = Callable[[int, str | None, str | None, str | None, str | None], int]
 
 # Row writes: p1 names the table written (by the statement or a trigger it fires).
 _WRITES = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
-# Operations that change no table: reads, and the header pragmas (re-read every day).
+# Operations that change nothing a world hash covers: reads. (A PRAGMA may set the
+# header's user_version or application_id, so it counts as a change of anything: per-day
+# hashing re-reads a service's header only on a day that may have changed it.)
 _HARMLESS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_FUNCTION,
-                       apsw.SQLITE_RECURSIVE, apsw.SQLITE_PRAGMA})
+                       apsw.SQLITE_RECURSIVE})
 _MEMO_LIMIT = 4096  # distinct SQL texts remembered per service; forgetting is always safe
 
 
@@ -36,10 +38,12 @@ ROWIDS_PER_TABLE = 65536  # rowids remembered per table a day; past that, re-rea
 class DayChanges:
     """What the current day wrote. A service mapped to None may have changed anywhere.
 
-    ``rows`` holds, per service and table (as declared), the rowids SQLite's update hook
-    reported written (``TOO_MANY_ROWS``: more than ROWIDS_PER_TABLE). It narrows which rows
-    of a rowid table to read again, never which tables: SQLite does not report every change
-    (REPLACE's deletions, the truncate optimisation), so a reader checks the row count too.
+    ``rows`` holds, per service and table (as declared), the rowids SQLite's preupdate hook
+    reported written, old and new (``TOO_MANY_ROWS``: more than ROWIDS_PER_TABLE). It
+    narrows which rows of a rowid table to read again, never which tables. The preupdate
+    hook, unlike the update hook, reports every row change of a real table: the rows
+    REPLACE deletes, and each row of a DELETE without WHERE (SQLite turns off its truncate
+    optimisation while the hook is set), as the session extension needs.
     """
 
     services: dict[str, set[str] | None] = field(default_factory=dict)
@@ -62,8 +66,9 @@ TOO_MANY_ROWS: set[int] = _TooManyRows()
 
 
 class RowTracker:
-    """The update hook of one service's connection (``hook()``): notes each rowid written,
-    per table, until ``take()`` hands them over (for the day's ``DayChanges.rows``)."""
+    """The preupdate hook of one service's connection (``hook()``): notes each rowid
+    written, per table, until ``take()`` hands them over (for the day's
+    ``DayChanges.rows``)."""
 
     __slots__ = ("_rows",)
 
@@ -77,23 +82,26 @@ class RowTracker:
         self._rows.clear()
         return noted
 
-    def hook(self) -> Callable[[int, str, str, int], None]:
-        """The update hook itself: a closure over the rowids' dict, not a bound method
-        (SQLite calls it for every row written: kept to a lookup and an add). It replaces
-        the event guards' own hook, so it keeps that hook's one check."""
+    def hook(self) -> Callable[[apsw.PreUpdate], None]:
+        """The preupdate hook itself: a closure over the rowids' dict, not a bound method
+        (SQLite calls it for every row written: kept to a few lookups and adds). It stands
+        in for the event guards' own update hook, so it keeps that hook's one check."""
         rows = self._rows
         find = rows.get
 
-        def written(_op: int, _db: str, table: str, rowid: int) -> None:
-            if rowid == MAX_ROWID:
+        def written(change: apsw.PreUpdate) -> None:
+            table = change.table_name
+            old, new = change.rowid, change.rowid_new  # (equal but for a rowid UPDATE)
+            if new == MAX_ROWID:
                 refuse_max_rowid(table)
             found = find(table)
             if found is None:
-                rows[table] = {rowid}
-            elif len(found) < ROWIDS_PER_TABLE:
-                found.add(rowid)
-            else:
+                rows[table] = found = set()
+            elif len(found) >= ROWIDS_PER_TABLE:
                 rows[table] = TOO_MANY_ROWS
+                return
+            found.add(old)
+            found.add(new)
 
         return written
 
@@ -115,8 +123,11 @@ class WriteLog:
         self._everything = False
         conn.authorizer = self._authorize
 
+    @host_aware
     def _authorize(self, op: int, p1: str | None, p2: str | None, db: str | None,
                    trigger: str | None) -> int:
+        if host_compiling():  # the host's own statement: not an event's write
+            return apsw.SQLITE_OK
         self._heard = True
         if op in _WRITES:
             self._tables.add((p1 or "").lower())
