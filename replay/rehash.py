@@ -8,25 +8,30 @@ widened here, never narrowed:
 
 * a service no event of the day wrote keeps its whole manifest (only its own connection
   writes its file);
-* a written service has its header and schema re-read; if the schema differs at all
-  (CREATE / DROP / ALTER / RENAME), or the day did anything but row writes there, or it
-  has a virtual table (whose module writes shadow tables out of the authorizer's sight),
-  every table is re-hashed;
+* a written service whose day only wrote rows (every statement's write set known: no
+  DDL, no PRAGMA) keeps its header and schema; otherwise they are read again, and if the
+  schema differs at all (CREATE / DROP / ALTER / RENAME), or the day did anything but row
+  writes there, or it has a virtual table (whose module writes shadow tables out of the
+  authorizer's sight), every table is re-hashed;
 * otherwise the tables written are re-hashed, plus every table whose foreign key reaches
   one of them (cascades), plus SQLite's own tables (``sqlite_sequence``, ``sqlite_stat1``);
 * re-hashing a table keyed by an INTEGER PRIMARY KEY (a rowid table) re-reads only the
-  rows SQLite's update hook reported written, when the hasher holds the table's row
-  encodings from an earlier day (``_Rows``, within ROW_CACHE_BYTES): the digest is then
-  computed from the encodings, in key order, exactly as a full read hashes them. SQLite
-  does not report every change (REPLACE's deletions, the truncate optimisation), so the
-  table's row count is checked as well and any difference means a full re-read;
-* the workspace is re-listed only on a day with file events, and only the files those
-  events name are re-read; app pins are re-read on a day with an app event.
+  rows SQLite's preupdate hook reported written, old and new rowids, in one query, when
+  the hasher holds the table's rows from an earlier day (``_Rows``, within
+  ROW_CACHE_BYTES). The preupdate hook reports every row change of a real table, the rows
+  a REPLACE deletes included, and while it is set SQLite does not truncate a table
+  wholesale; a rowid not found again is a deleted row. Rows are held as runs of a few
+  dozen joined encodings: a day re-joins only the runs it wrote, and the digest hashes
+  the runs in turn, the very byte stream a full read hashes;
+* the workspace paths the day's events named are looked at again (only file events write
+  the workspace while a world is built); app pins are re-read on a day with an app event.
 
 The first day a ``DayHasher`` sees is hashed in full. Services are read through the
-builder's idle connection when it has no TEMP objects (its page cache is hot), else a
-fresh read-only one; either runs the same queries as a full hash. ``tests/test_rehash.py`` checks,
-for many generated logs, that every day's manifest equals a full re-hash.
+builder's idle connection (its page cache is hot): on a day that only wrote rows, under
+the event guard (the hashing queries only read, so they pass it); otherwise with the
+guard set aside, and through a fresh read-only connection when there are TEMP objects.
+``tests/test_rehash.py`` checks, for many generated logs, that every day's manifest
+equals a full re-hash.
 """
 
 from __future__ import annotations

@@ -19,10 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 
 from replay.engine import Worlds
 from replay.errors import ApplyError
+from replay.sqlite import open_event_db, take_denial, unguarded
+from replay.touched import WriteLog
 
 MAX_ROWID = 2**63 - 1
 REPO = Path(__file__).resolve().parent.parent
@@ -168,6 +171,41 @@ def test_the_frozen_clock_is_the_same_in_every_time_zone(tmp_path: Path) -> None
                "datetime(1772438400, 'unixepoch', 'auto'))"),
         sql(1, "CREATE INDEX t_day ON t(date(b))"),
     ])
+
+
+def test_clock_keywords_and_timediff_read_the_events_frozen_clock(tmp_path: Path) -> None:
+    # World databases are built on SQLite's default VFS: the clock reaches events only
+    # through the functions the guards install, which must give the event's own `ts`.
+    lines = numbered([
+        sql(0, "CREATE TABLE t(at DEFAULT CURRENT_TIMESTAMP, d, tm, diff)"),
+        sql(1, "INSERT INTO t(d, tm, diff) VALUES (CURRENT_DATE, CURRENT_TIME, "
+               "timediff('now', '2026-03-03 08:00:00'))"),  # (day 1's first second)
+    ])
+    with Worlds.open(tmp_path / "store", tmp_path / "cache") as worlds:
+        worlds.import_stream(io.BytesIO(jsonl(lines)), source="log.jsonl")
+        with worlds.pinned("eva", 1) as world:
+            rows = sqlite3.connect(world / "services" / "app.sqlite").execute(
+                "SELECT * FROM t").fetchall()
+    assert rows == [("2026-03-03 08:00:00", "2026-03-03", "08:00:00",
+                     "+0000-00-00 00:00:00.000")]
+
+
+@pytest.mark.parametrize("learning", [False, True])
+def test_the_hosts_own_statements_leave_nothing_an_event_could_reuse(tmp_path: Path,
+                                                                      learning: bool) -> None:
+    # The host runs BEGIN, COMMIT and pragmas past the guard (``unguarded``); an event
+    # with the very same text must still meet the guard, so those compiles are not cached.
+    conn = open_event_db(tmp_path / "app.sqlite", vfs=None)
+    if learning:
+        WriteLog(conn)  # (the builder's authorizer in front of the guard)
+    host = ("PRAGMA synchronous = OFF", "BEGIN", "COMMIT")
+    for text in host:
+        unguarded(conn, text)
+    for text in host:
+        with pytest.raises(apsw.AuthError):
+            conn.execute(text)
+        assert take_denial() is not None
+    conn.close()
 
 
 # --- rowid 2^63-1 -----------------------------------------------------------------------

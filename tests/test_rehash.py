@@ -253,3 +253,28 @@ def test_writes_through_triggers_are_re_hashed_on_a_day_without_schema_changes(
     log.sql("alpha", "UPDATE parent SET v = 'd' WHERE id = 1")  # learnt text, new day
 
     assert replay_checking_every_day(tmp_path / "store", encode_logs(log), tmp_path / "w") == 4
+
+
+def test_big_tables_are_re_hashed_across_chunks_and_split_runs(tmp_path: Path) -> None:
+    # Tables past ROW_CHUNK (1,024) rows hash as several chunks; a day writing many rows
+    # into one run of held rows splits it; INSERT ... SELECT copies a table in one go.
+    fill = ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500) "
+            "INSERT INTO big(id, v) SELECT i * 2, 'row ' || i FROM n")
+    log = Log("p")
+    log.sql("s", "CREATE TABLE big(id INTEGER PRIMARY KEY, v)")
+    log.sql("s", "CREATE TABLE copy(id INTEGER PRIMARY KEY, v)")
+    log.sql("s", fill)
+    log.day = 1
+    log.sql("s", "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 99) "
+                 "INSERT INTO big(id, v) SELECT 2 * i + 1, 'odd' FROM n")  # into one run
+    log.sql("s", "DELETE FROM big WHERE id BETWEEN 2000 AND 2400")
+    log.sql("s", "UPDATE big SET v = v || '!' WHERE id % 100 = 0")
+    log.sql("s", "INSERT INTO big(id, v) VALUES (9000, 'past the end')")
+    log.day = 2
+    log.sql("s", "INSERT INTO copy SELECT * FROM big")
+    log.sql("s", "DELETE FROM big WHERE id < 40")  # empties the first run
+    log.day = 3
+    log.sql("s", "UPDATE copy SET v = 'changed' WHERE id IN (1, 2047, 2048, 4999)")
+    log.sql("s", "DELETE FROM copy")
+    log.sql("s", "INSERT INTO big(id, v) VALUES (1, 'back at the front')")
+    assert replay_checking_every_day(tmp_path / "store", encode_logs(log), tmp_path / "w") == 4

@@ -64,9 +64,26 @@ _SECOND_MILLIS = {f"{s:02d}": s * 1000 for s in range(60)}
 _MINUTE_CACHE = 4096
 
 
+_DAY_MILLIS: dict[str, int] = {}
+_HOUR_MILLIS = {f"{h:02d}": h * 3_600_000 for h in range(24)}
+_MINUTE_OF_HOUR_MILLIS = {f"{m:02d}": m * 60_000 for m in range(60)}
+
+
 def _minute_millis(minute: str) -> int:
-    delta = datetime.fromisoformat(minute) - _NAIVE_EPOCH
-    value = delta.days * 86_400_000 + delta.seconds * 1000
+    """'YYYY-MM-DDTHH:MM' in milliseconds: the date through datetime once per date, the
+    hour and the minute read off the text (a new minute every few events is common)."""
+    day = _DAY_MILLIS.get(minute[:10])
+    if day is None:
+        day = (datetime.fromisoformat(minute[:10]) - _NAIVE_EPOCH).days * 86_400_000
+        if len(_DAY_MILLIS) >= _MINUTE_CACHE:
+            _DAY_MILLIS.clear()
+        _DAY_MILLIS[minute[:10]] = day
+    hour = _HOUR_MILLIS.get(minute[11:13])
+    of_hour = _MINUTE_OF_HOUR_MILLIS.get(minute[14:16])
+    if hour is None or of_hour is None or minute[10] != "T" or minute[13] != ":":
+        delta = datetime.fromisoformat(minute) - _NAIVE_EPOCH  # (raises on a bad text)
+        return delta.days * 86_400_000 + delta.seconds * 1000
+    value = day + hour + of_hour
     if len(_MINUTE_MILLIS) >= _MINUTE_CACHE:
         _MINUTE_MILLIS.clear()
     _MINUTE_MILLIS[minute] = value
