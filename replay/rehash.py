@@ -494,8 +494,8 @@ def _reread(conn: apsw.Connection, info: TableInfo, rows: _Rows, written: set[in
     """Bring `rows` up to date for the rowids written, read again in one query by key;
     a rowid not found any more is a deleted row. False: reading the whole table is
     cheaper (past one row in _REREAD_SHARE of it written, not counting new rows at its
-    end). (The query binds the keys, so it is compiled once and then found in the
-    statement cache.)"""
+    end). (The query binds the keys, so its text is the same every day.) Safe to run
+    again for the same rowids: rows already brought up to date are set to what they are."""
     if not written:
         return True
     last = rows.last
