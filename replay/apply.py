@@ -10,6 +10,7 @@ transaction, committed by ``commit()``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import os
 from collections.abc import Callable, Sequence
@@ -90,7 +91,8 @@ class WorldBuilder:
         if conn is None:
             # SQLite's default VFS: the guards freeze the clock by function (see
             # replay.sqlite), and this way no page read or write goes through Python.
-            conn = open_event_db(service_db(self.root, service), vfs=None)
+            conn = open_event_db(service_db(self.root, service), vfs=None,
+                                 statement_cache=_STATEMENT_CACHE)
             unguarded(conn, "PRAGMA journal_mode=MEMORY")
             # Worlds are built in scratch dirs and are rebuildable from the log; nothing
             # relies on their durability (cache entries are copies), so skip the fsyncs.
@@ -345,6 +347,11 @@ def _bindings(params: Params | None) -> Any:
 
 
 _PLAIN_TYPES = frozenset({int, float, str, type(None)})
+# Statements a builder's connection keeps compiled. apsw's cache is a ring that every run
+# moves through, so with its default of 100 a statement run once in a while (a table's
+# DELETE, per-day hashing's re-read of a table written every few days) is compiled again
+# each time; a few thousand more prepared statements per replay cost little memory.
+_STATEMENT_CACHE = 1024
 _SECOND_MILLIS = {f"{s:02d}": s * 1000 for s in range(60)}  # as worldstore.names reads them
 
 
@@ -377,9 +384,14 @@ def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
 
 
 def _write_file(target: Path, data: bytes) -> None:
-    # Opened directly (no stat of the parent or the target first): the errors say what
-    # was in the way, and most writes go to folders that exist.
-    with open(target, "wb") as fh:
+    # A file written again is a new file: truncating one that has data costs ext4 a
+    # writeback of it (its replace-by-truncate heuristic), ten times the unlink. Then
+    # created exclusively (nothing but this write put a file there since). No stat of the
+    # parent or the target first: the errors say what was in the way, and most writes go
+    # to folders that exist.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(target)
+    with open(target, "xb") as fh:
         fh.write(data)
 
 

@@ -66,9 +66,11 @@ def workspace_path(root: Path, relpath: str) -> Path:
     base = root / WORKSPACE
     if base.is_symlink():  # the workspace itself must not lead elsewhere either
         raise PathError(f"the workspace {base} is a symlink; refused")
-    current = base
+    # Joined as text: a Path per component costs more than its lstat, and replay checks
+    # the path of every file event.
+    current = os.fspath(base)
     for part in relpath.split("/"):
-        current = current / part
+        current = f"{current}/{part}"
         try:
             mode = os.lstat(current).st_mode
         except (FileNotFoundError, NotADirectoryError):

@@ -291,7 +291,11 @@ class DayHasher:
 
     def _update(self, last: Manifest, changes: DayChanges) -> Manifest:
         services = {}
-        for name in list_services(self.root):
+        # A service file appears only when an event runs SQL on a new service (and the
+        # builder is the only writer of the world while it is built), so the folder is
+        # listed again only then.
+        known = changes.services.keys() <= last.services.keys()
+        for name in list(last.services) if known else list_services(self.root):
             before = last.services.get(name)
             if before is not None and name not in changes.services:
                 services[name] = before

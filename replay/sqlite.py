@@ -480,13 +480,17 @@ def frozen_vfs() -> str:
     return FROZEN_VFS
 
 
-def open_event_db(path: Path, *, vfs: str | None = FROZEN_VFS) -> apsw.Connection:
+def open_event_db(path: Path, *, vfs: str | None = FROZEN_VFS,
+                  statement_cache: int = 100) -> apsw.Connection:
     """Open (creating) a service database for applying events, with every guard on. The
     clock is frozen whatever `vfs` is (FROZEN_VFS, one built on it with ``frozen_vfs()``,
-    or None: SQLite's default)."""
+    or None: SQLite's default). `statement_cache`: how many compiled statements apsw
+    keeps (each run takes the next slot of a ring, so a statement not run again within
+    that many runs is compiled again)."""
     _ensure_vfs()
     conn = apsw.Connection(
-        str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs
+        str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE, vfs=vfs,
+        statementcachesize=statement_cache,
     )
     conn.create_scalar_function("random", _random, 0)  # type: ignore[arg-type]
     conn.create_scalar_function("randomblob", _randomblob, 1)  # type: ignore[arg-type]

@@ -688,6 +688,27 @@ def test_building_days_through_a_symlink_names_the_event(tmp_path: Path) -> None
     assert not (outside / "evil.txt").exists()
 
 
+def test_a_file_written_again_is_a_new_file(tmp_path: Path) -> None:
+    # A world built on a copy that shares its files' inodes (a hard link, a snapshot) must
+    # not write through them: the old bytes stay where else they are.
+    root = tmp_path / "world"
+    (root / WORKSPACE / "docs").mkdir(parents=True)
+    target = root / WORKSPACE / "docs" / "a.txt"
+    target.write_bytes(b"old bytes")
+    shared = tmp_path / "shared.txt"
+    os.link(target, shared)
+    data = b"new"
+    builder = WorldBuilder(root, {digest(data): data}.__getitem__)
+    try:
+        builder.apply(_event(FileWritePayload(path="docs/a.txt", blob=digest(data),
+                                              size=len(data), encoding="text")))
+    finally:
+        builder.abort()
+    assert target.read_bytes() == b"new"
+    assert shared.read_bytes() == b"old bytes"
+    assert os.stat(shared).st_nlink == 1
+
+
 def test_base64_and_text_round_trip_exact_bytes(worlds: Worlds, tmp_path: Path) -> None:
     raw = bytes(range(256))
     lines = [write(3, "2026-03-05T08:00:00Z", "bin/all.bin",

@@ -6,8 +6,9 @@ mix the ways a statement reaches beyond the table it names: triggers that write 
 tables (created after the statement was first seen, too), INSTEAD OF triggers on views,
 AUTOINCREMENT (``sqlite_sequence``), REPLACE and UPSERT, ALTER ADD COLUMN, DROP, indexes,
 foreign-key declarations with cascades,
-header pragmas, and workspace writes and deletes; SQL texts repeat across days, so write
-sets learnt on one day are used on the next.
+header pragmas, services that first appear on a later day, and workspace writes and
+deletes; SQL texts repeat across days, so write sets learnt on one day are used on the
+next.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ FIXTURE = [
 
 # Row writes (kinds 0-7, 12, 13, 17-19) are drawn five times as often as schema changes
 # (8-11, 15), so that most days carry digests over instead of re-hashing a whole service.
-KINDS = [*range(8), 12, 13, 17, 18, 19] * 5 + [8, 9, 10, 11, 14, 15, 16, 16, 16]
+KINDS = [*range(8), 12, 13, 17, 18, 19] * 5 + [8, 9, 10, 11, 14, 15, 16, 16, 16, 20, 20]
 
 
 @dataclass
@@ -128,6 +129,15 @@ def day_op(log: Log, model: Model, draw: st.DrawFn) -> None:
     elif kind == 19:  # a new rowid for a row
         log.sql("gamma", "UPDATE OR IGNORE uniq SET id = id + 20 WHERE id = ?",
                 (draw(st.integers(0, 12)),))
+    elif kind == 20:
+        # A service first written on a later day: its database appears then (a statement
+        # that only reads makes an empty one).
+        late = draw(st.sampled_from(["delta", "epsilon"]))
+        if any(s == late for s, *_ in model.tables) or draw(st.booleans()):
+            log.sql(late, "SELECT 1")
+        else:
+            log.sql(late, "CREATE TABLE late(id INTEGER PRIMARY KEY, c0)")
+            model.tables.append((late, "late", 1, True))
     elif kind == 14:
         log.sql(service, f"PRAGMA user_version = {draw(st.integers(0, 9))}")
     elif kind == 15:

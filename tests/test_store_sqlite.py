@@ -1,10 +1,15 @@
 """The store kit (worldstore.testing) on the embedded SQLite store."""
 
+import os
+import sqlite3
+import threading
 from pathlib import Path
 
+import apsw
 import pytest
 
 from worldstore import testing
+from worldstore.errors import StoreError
 from worldstore.open import open_event_store
 from worldstore.sqlstore import EVENT_PAGE, SqlEventStore
 
@@ -28,3 +33,80 @@ class TestSqliteEpisodeStore(SqliteStore, testing.EpisodeStoreContract):
 
 class TestSqliteClaimStore(SqliteStore, testing.ClaimStoreContract):
     pass
+
+
+# The embedded store reads the event log and blobs through apsw connections of its own,
+# one per thread (worldstore.sqlstore._SqliteReader); the contract above covers what they
+# read. These cover the connections themselves.
+
+
+def _store_connections(store_db: Path) -> list[apsw.Connection]:
+    return [c for c in apsw.connections() if Path(c.filename) == store_db.resolve()]
+
+
+def test_each_thread_reads_through_its_own_connection_and_close_closes_them(
+        tmp_path: Path) -> None:
+    store = open_event_store(tmp_path / "store")
+    day = testing.append(store, testing.next_day(store, "lars", 0, n_sql=30,
+                                                 files={"a.txt": b"A"}))
+    expected = [e.event_id for e in day.events]
+    blob = next(iter(day.blobs))
+    barrier = threading.Barrier(4)
+    seen: list[tuple[list[str], bytes]] = []
+
+    def read() -> None:
+        barrier.wait()  # all four at once: one shared connection would be used concurrently
+        for _ in range(20):
+            seen.append(([e.event_id for e in store.events("lars")], store.blob(blob)))
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [(expected, b"A")] * 80
+    store_db = tmp_path / "store" / "events.sqlite"
+    assert len(_store_connections(store_db)) == 4
+    store.close()
+    assert _store_connections(store_db) == []
+
+
+def test_a_reads_connection_sees_what_was_appended_after_its_last_read(tmp_path: Path) -> None:
+    store = open_event_store(tmp_path / "store")
+    testing.append(store, testing.next_day(store, "lars", 0))
+    assert len(list(store.events("lars"))) == 2
+    other = open_event_store(tmp_path / "store")  # another writer, after the first read
+    testing.append(other, testing.next_day(other, "lars", 1, n_sql=3))
+    other.close()
+    assert [e.day for e in store.events("lars")] == [0, 0, 1, 1, 1]
+    store.close()
+
+
+def test_a_forked_child_reads_through_a_connection_of_its_own(tmp_path: Path) -> None:
+    store = open_event_store(tmp_path / "store")
+    testing.append(store, testing.next_day(store, "lars", 0, n_sql=5))
+    expected = [e.event_id for e in store.events("lars")]  # the parent's connection is open
+    pid = os.fork()
+    if pid == 0:  # the child: SQLite connections must not cross a fork
+        try:
+            ok = ([e.event_id for e in store.events("lars")] == expected
+                  and len(_store_connections(tmp_path / "store" / "events.sqlite")) == 2)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [e.event_id for e in store.events("lars")] == expected
+    store.close()
+
+
+def test_a_store_that_cannot_be_read_is_a_store_error(tmp_path: Path) -> None:
+    store = open_event_store(tmp_path / "store")
+    testing.append(store, testing.next_day(store, "lars", 0))
+    store.close()
+    with sqlite3.connect(tmp_path / "store" / "events.sqlite") as raw:
+        raw.execute("ALTER TABLE events RENAME TO moved")
+    store = open_event_store(tmp_path / "store")
+    with pytest.raises(StoreError, match=r"events\.sqlite: the store could not be read .*"
+                                         r"no such table: events"):
+        list(store.events("lars"))
+    store.close()
