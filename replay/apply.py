@@ -25,7 +25,7 @@ from replay.layout import APPS, SERVICES, WORKSPACE, service_db, workspace_path
 from replay.sqlite import (
     describe_failure,
     event_clock,
-    freeze,
+    freeze_at,
     open_event_db,
     take_denial,
     unguarded,
@@ -49,7 +49,6 @@ from worldstore.events import (
     event_row,
 )
 from worldstore.interchange import BLOB_PARAM_KEY
-from worldstore.names import ts_millis
 
 BlobSource = Callable[[str], bytes]
 
@@ -76,9 +75,6 @@ class WorldBuilder:
         # (cursor, write sets learnt, writes) of each service whose day transaction is
         # open: the one lookup a SQL event needs.
         self._live: dict[str, _Live] = {}
-        self._ts = ""  # the last event's ts and its milliseconds
-        self._millis = 0
-        self._minute = ("", 0)  # the last whole minute seen ('YYYY-MM-DDTHH:MM') and its ms
         self.failed_at = -1  # the index in its rows of the event apply_rows failed on
         self.changes = DayChanges()
         self._trackers: dict[str, RowTracker] = {}
@@ -126,8 +122,7 @@ class WorldBuilder:
         if payload is None:
             self.apply_rows((event_row(event),))
             return
-        self._moment(event.ts)
-        freeze(self._millis, event.event_id)
+        freeze_at(event.ts, event.event_id)
         apply_event(payload, self)
 
     def apply_rows(self, rows: Sequence[EventRow], start: int = 0) -> int:
@@ -136,29 +131,18 @@ class WorldBuilder:
         fails (EventFailed), ``failed_at`` is its index in `rows`.
 
         The per-event path of replay, so kept to a few lookups and calls per SQL event
-        (most events): the same steps as ``apply_event`` after ``freeze``."""
+        (most events): the same steps as ``apply_event`` after ``freeze_at``."""
         day = rows[start][1]
         live = self._live
         clock = event_clock()
-        last_ts, millis = self._ts, self._millis
-        minute, minute_millis = self._minute
         index = start
         try:
             for index in range(start, len(rows)):
                 _seq, row_day, ts, event_id, version, body = rows[index]
                 if row_day != day:
                     return index
-                if ts != last_ts:  # events of one moment are common: parse each once
-                    # (and one minute's seconds are read off the text: ts_millis' steps)
-                    if ts[:16] == minute and len(ts) == 20:
-                        millis = minute_millis + _SECOND_MILLIS[ts[17:19]]
-                    else:
-                        millis = ts_millis(ts)
-                        if len(ts) == 20:
-                            minute, minute_millis = ts[:16], millis - _SECOND_MILLIS[ts[17:19]]
-                    last_ts = ts
-                # clock.freeze(millis, event_id), its steps written out (no call per event)
-                clock.millis = millis
+                # clock.freeze_at(ts, event_id), its steps written out (no call per event)
+                clock.ts = ts
                 clock.seed = event_id
                 clock.counter = clock.ticks = 0
                 clock.denied = None
@@ -206,15 +190,7 @@ class WorldBuilder:
         except EventFailed:
             self.failed_at = index
             raise
-        finally:
-            self._ts, self._millis = last_ts, millis
-            self._minute = minute, minute_millis
         return len(rows)
-
-    def _moment(self, ts: str) -> None:
-        if ts != self._ts:
-            self._millis = ts_millis(ts)
-            self._ts = ts
 
     def track_rows(self, on: bool) -> None:
         """Whether to note the rowids written (``DayChanges.rows``; on by default). Per-day
@@ -352,7 +328,6 @@ _PLAIN_TYPES = frozenset({int, float, str, type(None)})
 # DELETE, per-day hashing's re-read of a table written every few days) is compiled again
 # each time; a few thousand more prepared statements per replay cost little memory.
 _STATEMENT_CACHE = 1024
-_SECOND_MILLIS = {f"{s:02d}": s * 1000 for s in range(60)}  # as worldstore.names reads them
 
 
 def _binding(value: Any) -> Any:

@@ -39,6 +39,8 @@ from typing import Any
 import apsw
 import xxhash
 
+from worldstore.names import ts_millis
+
 FROZEN_VFS = "agentworlds-frozen"
 _JULIAN_EPOCH_MS = 210866760000000  # Unix epoch as Julian-day milliseconds
 _DEFAULT_MS = 946684800000  # 2000-01-01T00:00:00Z, used when nothing was frozen
@@ -128,10 +130,14 @@ _TEMP = ("the TEMP schema is not allowed: it lives only as long as one import's 
 class _Clock:
     """One thread's frozen clock and the state of its current event's statement."""
 
-    __slots__ = ("altering", "counter", "denied", "host", "millis", "seed", "ticks")
+    __slots__ = ("_millis", "altering", "counter", "denied", "host", "seed", "ticks", "ts")
 
     def __init__(self) -> None:
-        self.millis = _DEFAULT_MS
+        self._millis = _DEFAULT_MS
+        # The event's timestamp, when the clock was frozen at one and has not been read
+        # since: it is turned into milliseconds only when a statement reads the clock
+        # (few do, and replay freezes the clock once per event).
+        self.ts: str | None = None
         self.seed = ""  # the event's id; encoded only when randomness is drawn
         self.counter = 0
         self.denied: str | None = None
@@ -139,9 +145,27 @@ class _Clock:
         self.altering = False  # the event's statement is an ALTER TABLE
         self.host = False  # the host's own statement is compiling (``unguarded``)
 
+    @property
+    def millis(self) -> int:
+        """The frozen time, in milliseconds since the Unix epoch."""
+        ts = self.ts
+        if ts is not None:
+            self._millis = ts_millis(ts)
+            self.ts = None
+        return self._millis
+
     def freeze(self, millis: int, seed: str) -> None:
+        self._millis = millis
+        self.ts = None
+        self._start(seed)
+
+    def freeze_at(self, ts: str, seed: str) -> None:
+        """Freeze the clock at a validated event timestamp (read lazily)."""
         # (WorldBuilder.apply_rows runs these steps inline: keep the two alike)
-        self.millis = millis
+        self.ts = ts
+        self._start(seed)
+
+    def _start(self, seed: str) -> None:
         self.seed = seed
         self.counter = 0
         self.denied = None
@@ -184,6 +208,11 @@ def _ensure_vfs() -> None:
 def freeze(millis: int, seed: str) -> None:
     """Freeze this thread's SQLite clock and seed its randomness (one event's worth)."""
     _THREAD.clock.freeze(millis, seed)
+
+
+def freeze_at(ts: str, seed: str) -> None:
+    """``freeze`` at an event's validated timestamp (``worldstore.names.TS_RE``)."""
+    _THREAD.clock.freeze_at(ts, seed)
 
 
 def event_clock() -> _Clock:
