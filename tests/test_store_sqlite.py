@@ -5,7 +5,6 @@ import sqlite3
 import threading
 from pathlib import Path
 
-import apsw
 import pytest
 
 from worldstore import testing
@@ -35,13 +34,20 @@ class TestSqliteClaimStore(SqliteStore, testing.ClaimStoreContract):
     pass
 
 
-# The embedded store reads the event log and blobs through apsw connections of its own,
-# one per thread (worldstore.sqlstore._SqliteReader); the contract above covers what they
-# read. These cover the connections themselves.
+# The embedded store reads the event log and blobs through connections of its own, one
+# per thread (worldstore.sqlstore._SqliteReader); the contract above covers what they
+# read. These cover the connections themselves, counted as open files of the database.
 
 
-def _store_connections(store_db: Path) -> list[apsw.Connection]:
-    return [c for c in apsw.connections() if Path(c.filename) == store_db.resolve()]
+def _open_files(store_db: Path) -> int:
+    fds = Path("/proc/self/fd")
+    found = 0
+    for fd in fds.iterdir():
+        try:
+            found += os.readlink(fd) == str(store_db.resolve())
+        except OSError:
+            pass  # (gone meanwhile: the listing's own descriptor)
+    return found
 
 
 def test_each_thread_reads_through_its_own_connection_and_close_closes_them(
@@ -49,6 +55,8 @@ def test_each_thread_reads_through_its_own_connection_and_close_closes_them(
     store = open_event_store(tmp_path / "store")
     day = testing.append(store, testing.next_day(store, "lars", 0, n_sql=30,
                                                  files={"a.txt": b"A"}))
+    store_db = tmp_path / "store" / "events.sqlite"
+    before = _open_files(store_db)
     expected = [e.event_id for e in day.events]
     blob = next(iter(day.blobs))
     barrier = threading.Barrier(4)
@@ -65,10 +73,9 @@ def test_each_thread_reads_through_its_own_connection_and_close_closes_them(
     for t in threads:
         t.join()
     assert seen == [(expected, b"A")] * 80
-    store_db = tmp_path / "store" / "events.sqlite"
-    assert len(_store_connections(store_db)) == 4
+    assert _open_files(store_db) == before + 4
     store.close()
-    assert _store_connections(store_db) == []
+    assert _open_files(store_db) == 0
 
 
 def test_a_reads_connection_sees_what_was_appended_after_its_last_read(tmp_path: Path) -> None:
@@ -86,16 +93,20 @@ def test_a_forked_child_reads_through_a_connection_of_its_own(tmp_path: Path) ->
     store = open_event_store(tmp_path / "store")
     testing.append(store, testing.next_day(store, "lars", 0, n_sql=5))
     expected = [e.event_id for e in store.events("lars")]  # the parent's connection is open
+    store_db = tmp_path / "store" / "events.sqlite"
+    inherited = _open_files(store_db)
     pid = os.fork()
     if pid == 0:  # the child: SQLite connections must not cross a fork
+        ok = False
         try:
             ok = ([e.event_id for e in store.events("lars")] == expected
-                  and len(_store_connections(tmp_path / "store" / "events.sqlite")) == 2)
+                  and _open_files(store_db) == inherited + 1)
         finally:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert [e.event_id for e in store.events("lars")] == expected
+    assert _open_files(store_db) == inherited
     store.close()
 
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import apsw
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import sqlite
@@ -425,32 +424,35 @@ class SqlEventStore(WorldStore):
 
 
 class _SqliteReader:
-    """Read connections (apsw) to an SQLite store's file, one per thread, for the scans
-    of the event log and for blob reads: the stdlib driver builds rows a third slower,
-    and a pool checkout per blob cost more than reading the blob. Each query is its own
-    read transaction (a WAL snapshot, as through the pool); the connections never write
-    (``query_only``)."""
+    """Read connections to an SQLite store's file, one per thread, for the scans of the
+    event log and for blob reads: a pool checkout per blob cost more than reading the
+    blob. They go through the standard library's driver, the SQLite library of the pool's
+    connections: another SQLite library in the same process (apsw's) would keep POSIX
+    locks of its own on the same files, and closing a file in one library drops the
+    other's locks. Each query is its own read transaction (a WAL snapshot, as through the
+    pool); the connections never write (``query_only``)."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: list[apsw.Connection] = []
+        self._open: list[sqlite3.Connection] = []
 
     def rows(self, sql: str, bindings: dict[str, Any]) -> list[Any]:
         try:
             return self._connection().execute(sql, bindings).fetchall()
-        except apsw.Error as exc:
+        except sqlite3.Error as exc:
             raise StoreError(f"{self._path}: the store could not be read "
                              f"({type(exc).__name__}: {exc})") from None
 
-    def _connection(self) -> apsw.Connection:
-        held: tuple[int, apsw.Connection] | None = getattr(self._local, "held", None)
+    def _connection(self) -> sqlite3.Connection:
+        held: tuple[int, sqlite3.Connection] | None = getattr(self._local, "held", None)
         if held is not None and held[0] == os.getpid():
             return held[1]
         # (none yet in this thread, or one a parent process opened: never used after fork)
-        conn = apsw.Connection(self._path, flags=apsw.SQLITE_OPEN_READWRITE)
-        conn.setbusytimeout(60_000)  # the pool's patience (connect_args timeout)
+        # Used by this thread only; closed by close(), from whichever thread calls it.
+        conn = sqlite3.connect(self._path, timeout=60, isolation_level=None,
+                               check_same_thread=False)
         conn.execute("PRAGMA query_only=1")
         self._local.held = (os.getpid(), conn)
         with self._lock:
