@@ -1,5 +1,6 @@
 """The store kit (worldstore.testing) on the embedded SQLite store."""
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -40,13 +41,11 @@ class TestSqliteClaimStore(SqliteStore, testing.ClaimStoreContract):
 
 
 def _open_files(store_db: Path) -> int:
-    fds = Path("/proc/self/fd")
+    target = str(store_db.resolve())
     found = 0
-    for fd in fds.iterdir():
-        try:
-            found += os.readlink(fd) == str(store_db.resolve())
-        except OSError:
-            pass  # (gone meanwhile: the listing's own descriptor)
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # (gone meanwhile: the listing's own descriptor)
+            found += os.readlink(fd) == target
     return found
 
 
