@@ -360,10 +360,10 @@ def _apply_file_write(payload: FileWritePayload, world: WorldBuilder) -> None:
 
 def _write_file(target: Path, data: bytes) -> None:
     # A file written again is a new file: truncating one that has data costs ext4 a
-    # writeback of it (its replace-by-truncate heuristic), ten times the unlink. Then
-    # created exclusively (nothing but this write put a file there since). No stat of the
-    # parent or the target first: the errors say what was in the way, and most writes go
-    # to folders that exist.
+    # writeback of it (its replace-by-truncate heuristic), ten times the unlink, and a
+    # new inode shares nothing with a copy that linked the old one. No stat of the parent
+    # or the target first: the errors say what was in the way, and most writes go to
+    # folders that exist.
     with contextlib.suppress(FileNotFoundError):
         os.unlink(target)
     with open(target, "xb") as fh:

@@ -147,10 +147,18 @@ class _Clock:
 
     @property
     def millis(self) -> int:
-        """The frozen time, in milliseconds since the Unix epoch."""
+        """The frozen time, in milliseconds since the Unix epoch. (Read by SQLite, through
+        the date functions, while an event's statement runs.)"""
         ts = self.ts
         if ts is not None:
-            self._millis = ts_millis(ts)
+            try:
+                self._millis = ts_millis(ts)
+            except (KeyError, ValueError, TypeError, IndexError):
+                # Only an edited store holds one (every ts is checked on import): the
+                # statement fails, naming it.
+                reason = f"the event's ts {ts!r} is not a timestamp"
+                self.denied = self.denied or reason
+                raise apsw.SQLError(reason) from None
             self.ts = None
         return self._millis
 

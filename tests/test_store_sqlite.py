@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worldstore import testing
+from worldstore import sqlstore, testing
 from worldstore.errors import StoreError
 from worldstore.open import open_event_store
 from worldstore.sqlstore import EVENT_PAGE, SqlEventStore
@@ -100,6 +100,10 @@ def test_a_forked_child_reads_through_a_connection_of_its_own(tmp_path: Path) ->
         try:
             ok = ([e.event_id for e in store.events("lars")] == expected
                   and _open_files(store_db) == inherited + 1)
+            # Closing closes its own connection, not the parent's: closing that file would
+            # drop the child's own POSIX locks on it.
+            store.close()
+            ok = ok and len(sqlstore._FORKED_AWAY) == 1
         finally:
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)

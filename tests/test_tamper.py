@@ -199,6 +199,21 @@ def test_edited_event_ts(setup: Setup) -> None:
     one_matching(cli_problems(setup), **expected)
 
 
+@pytest.mark.parametrize("ts", ["2026-13-99T99:99:99Z", "not a time"])
+def test_an_edited_ts_that_is_no_timestamp_is_named_by_replay(setup: Setup, ts: str) -> None:
+    # Event #2 of day 1 reads the clock (CURRENT_TIMESTAMP), which is when its ts is read.
+    target = day_events(setup, DAY)[2]
+    assert setup.execute("UPDATE events SET ts = :ts WHERE persona = :p AND seq = :s",
+                         ts=ts, p=PERSONA, s=target.seq) == 1
+    one_matching(cli_problems(setup), persona=PERSONA, kind="chain", day=DAY, seq=target.seq)
+    done = setup.cli("replay", PERSONA)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {PERSONA}@{DAY} event #2 refused, the whole day is not stored: service "
+        f"'notes': the event's ts {ts!r} is not a timestamp"]
+
+
 def test_edited_blob_data(setup: Setup) -> None:
     events = day_events(setup, DAY)
     index, target = next((i, e) for i, e in enumerate(events)

@@ -436,7 +436,7 @@ class _SqliteReader:
         self._path = path
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: list[sqlite3.Connection] = []
+        self._open: list[tuple[int, sqlite3.Connection]] = []  # (opening pid, connection)
 
     def rows(self, sql: str, bindings: dict[str, Any]) -> list[Any]:
         try:
@@ -456,15 +456,25 @@ class _SqliteReader:
         conn.execute("PRAGMA query_only=1")
         self._local.held = (os.getpid(), conn)
         with self._lock:
-            self._open.append(conn)
+            self._open.append(self._local.held)
         return conn
 
     def close(self) -> None:
         with self._lock:
             conns, self._open = self._open, []
         self._local = threading.local()
-        for conn in conns:
-            conn.close()
+        pid = os.getpid()
+        for opened_by, conn in conns:
+            if opened_by == pid:
+                conn.close()
+            else:  # a parent's, seen in a forked child: see _FORKED_AWAY
+                _FORKED_AWAY.append(conn)
+
+
+# Connections a parent process opened, met in a forked child's close(): never closed nor
+# freed there, since closing a file drops every POSIX lock the process holds on it, its own
+# connections' included.
+_FORKED_AWAY: list[sqlite3.Connection] = []
 
 
 def _claim_record(row: Any) -> ClaimRecord:
