@@ -10,6 +10,7 @@ so "nothing stored" means that day is missing too.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from hypothesis import strategies as st
 from replay.engine import Worlds
 from replay.sqlite import MAX_VALUE_BYTES, MAX_VM_STEPS, freeze, open_event_db
 from worldctl.main import cli
+from worldstore.errors import InputError
+from worldstore.interchange import MAX_JSON_DEPTH, _check_depth
 from worldstore.sqlcheck import first_statement_end, only_comments, statement_count_problem
 
 TS = "2026-03-02T08:00:00Z"
@@ -206,6 +209,19 @@ MALFORMED = {
 }
 
 
+def test_nesting_is_measured_not_guessed_from_the_brackets() -> None:
+    def check(line: str) -> None:
+        _check_depth(line.encode(), source="t.jsonl", line=1)
+
+    check('{"a":' + _deep(MAX_JSON_DEPTH - 1) + "}")  # the object and 15 arrays: 16 levels
+    with pytest.raises(InputError, match="nested deeper than 16 levels"):
+        check('{"a":' + _deep(MAX_JSON_DEPTH) + "}")
+    # Brackets in strings are no nesting, however many there are.
+    check('{"text":"' + "[{" * 1000 + '","params":[1,[2]]}')
+    with pytest.raises(InputError, match="nested deeper"):
+        check('{"text":"' + "[{" * 10 + '","params":' + _deep(MAX_JSON_DEPTH) + "}")
+
+
 @pytest.mark.parametrize("name", MALFORMED)
 def test_a_malformed_line_is_one_error_line_naming_the_field(store: str, tmp_path: Path,
                                                               name: str) -> None:
@@ -297,13 +313,21 @@ def test_randomblob_of_50_mb_is_fast(tmp_path: Path) -> None:
 # --- statement boundaries in linear time, with sqlite3_complete's decisions --------------
 
 
+_REFERENCE_COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.S)
+
+
+def reference_only_comments(text: str) -> bool:
+    """The comment check as it was: every comment removed, whatever the text."""
+    return _REFERENCE_COMMENTS.sub("", text).strip(" \t\r\n;") == ""
+
+
 def reference_statement_count_problem(text: str) -> str | None:
     """The check as it was: sqlite3_complete of every prefix ending in ';' (quadratic)."""
-    if only_comments(text):
+    if reference_only_comments(text):
         return "empty SQL: an sql event holds exactly one statement"
     for i, ch in enumerate(text):
         if ch == ";" and apsw.complete(text[: i + 1]):
-            if not only_comments(text[i + 1 :]):
+            if not reference_only_comments(text[i + 1 :]):
                 return ("more than one SQL statement; an sql event holds exactly one "
                         f"(second statement starts at character {i + 1})")
             return None
@@ -323,6 +347,7 @@ def test_statement_boundaries_decide_as_sqlite3_complete_does(atoms: list[str],
     text = "".join(a + (" " if s else "") for a, s in zip(atoms, spaces + [False] * 24,
                                                           strict=False))
     assert statement_count_problem(text) == reference_statement_count_problem(text)
+    assert only_comments(text) == reference_only_comments(text)
     brute = next((i for i, ch in enumerate(text) if ch == ";" and apsw.complete(text[: i + 1])),
                  None)
     assert first_statement_end(text) == brute

@@ -95,6 +95,8 @@ def parse_line(text: str | bytes, *, source: str, line: int) -> Line:
 def _check_depth(raw: bytes, *, source: str, line: int) -> None:
     """Refuse JSON nested deeper than MAX_JSON_DEPTH, naming the top-level field it is in
     (the last key at depth 1 before the deep part)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return  # (most lines: too few brackets to nest that deep, strings' ones included)
     depth = 0
     field: str | None = None
     last_string = b""
@@ -181,6 +183,9 @@ def _check_params(params: Params | None, bad: Any) -> None:
         return
     items = params.items() if isinstance(params, dict) else enumerate(params)
     for key, value in items:
+        kind = type(value)  # (as the decoder made it: exactly one of ParamValue's types)
+        if kind is str or kind is float or kind is bool or value is None:
+            continue
         field = f"params.{key}" if isinstance(params, dict) else f"params[{key}]"
         if isinstance(value, dict):
             if set(value) != {BLOB_PARAM_KEY}:
@@ -189,8 +194,7 @@ def _check_params(params: Params | None, bad: Any) -> None:
                 base64.b64decode(value[BLOB_PARAM_KEY], validate=True)
             except (binascii.Error, ValueError) as exc:
                 raise bad(f"invalid base64 in blob parameter: {exc}", field) from None
-        elif isinstance(value, int) and not isinstance(value, bool) \
-                and not -MAX_INT - 1 <= value <= MAX_INT:  # SQLite: -2**63 .. 2**63-1
+        elif isinstance(value, int) and not -MAX_INT - 1 <= value <= MAX_INT:  # -2**63..2**63-1
             raise bad(f"integer {value} does not fit SQLite's 64 bits", field)
 
 

@@ -12,13 +12,20 @@ _REFUSED = {
 }
 
 
+def _without_comments(text: str, replacement: str) -> str:
+    # (most statements hold no comment: no substitution pass over them then)
+    if "--" not in text and "/*" not in text:
+        return text
+    return _COMMENTS.sub(replacement, text)
+
+
 def only_comments(text: str) -> bool:
-    return _COMMENTS.sub("", text).strip(" \t\r\n;") == ""
+    return _without_comments(text, "").strip(" \t\r\n;") == ""
 
 
 def refused_statement_problem(sql: str) -> str | None:
     """Why a statement kind is refused before it is ever applied, or None."""
-    m = _FIRST_WORD.match(_COMMENTS.sub(" ", sql))
+    m = _FIRST_WORD.match(_without_comments(sql, " "))
     return _REFUSED.get(m.group(1).upper()) if m else None
 
 
@@ -85,6 +92,8 @@ _TOKEN = re.compile(
 def first_statement_end(sql: str) -> int | None:
     """The index of the ``;`` ending the first complete statement of `sql`, or None: the
     first ``i`` with ``sql[i] == ';'`` and sqlite3_complete(sql[:i + 1]) true."""
+    if ";" not in sql:  # (most statements: no token of the pass below could end one)
+        return None
     state = 0
     for m in _TOKEN.finditer(sql):
         kind = m.lastgroup
