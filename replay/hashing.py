@@ -29,7 +29,7 @@ from replay.errors import WorldDirError
 from replay.files import SPECIAL_KINDS, SYMLINK, kind_of, read_chunks
 from replay.layout import iter_apps, iter_workspace, list_services, service_db
 from replay.sqlite import open_readonly, quote_ident
-from worldstore.canonical import array_header, canonical_bytes, digest, digest_of
+from worldstore.canonical import canonical_bytes, digest, digest_of
 
 MANIFEST_FORMAT = 1
 ROW_CHUNK = 1024
@@ -143,23 +143,6 @@ def table_digest(conn: apsw.Connection, info: TableInfo) -> TableDigest:
         count += len(chunk)
         h.update(canonical_bytes(chunk))
     return TableDigest(rows=count, digest=h.hexdigest())
-
-
-def digest_of_encoded_rows(rows: list[bytes]) -> TableDigest:
-    """The same digest as ``table_digest`` from the rows' own canonical encodings, in
-    hashing order: chunks of ROW_CHUNK rows, each an array of its rows."""
-    h = xxhash.xxh3_128()
-    if 0 < len(rows) <= ROW_CHUNK:  # (most tables: no slice of the list)
-        h.update(array_header(len(rows)))
-        h.update(b"".join(rows))
-        return TableDigest(rows=len(rows), digest=h.hexdigest())
-    for start in range(0, len(rows), ROW_CHUNK):
-        chunk = rows[start:start + ROW_CHUNK]
-        # Two updates, not one of the two joined: the stream is the same, and a copy of a
-        # table's worth of bytes costs more than hashing them.
-        h.update(array_header(len(chunk)))
-        h.update(b"".join(chunk))
-    return TableDigest(rows=len(rows), digest=h.hexdigest())
 
 
 def service_manifest(path: Path) -> ServiceManifest:

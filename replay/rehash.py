@@ -204,7 +204,8 @@ class _Rows:
             self.firsts[at:at + 1] = [piece.keys[0] for piece in pieces]
 
     def digest(self) -> TableDigest:
-        """The table's digest, as ``digest_of_encoded_rows`` of all its rows' encodings."""
+        """The table's digest, as ``table_digest`` reads it: its rows' encodings in
+        chunks of ROW_CHUNK rows, each opening with its array header."""
         h = xxhash.xxh3_128()
         count = self.count
         if count <= ROW_CHUNK:
