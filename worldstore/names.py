@@ -46,10 +46,11 @@ def ts_key(ts: str) -> datetime:
 
 def ts_millis(ts: str) -> int:
     """Milliseconds since the Unix epoch of a validated timestamp (no clock involved)."""
-    # Replay calls this once per event, and events of one minute are common: the minute
-    # is parsed once (through datetime, no tz or timedelta objects kept), the seconds and
-    # the fraction's first three digits (truncated, as datetime's microseconds // 1000)
-    # are read off the text that TS_RE has already checked.
+    # Called for every event whose statement reads the clock and for every tool call, and
+    # events of one minute are common: the minute is parsed once (through datetime, no tz
+    # or timedelta objects kept), the seconds and the fraction's first three digits
+    # (truncated, as datetime's microseconds // 1000) are read off the text that TS_RE
+    # has already checked.
     minute = _MINUTE_MILLIS.get(ts[:16])
     if minute is None:
         minute = _minute_millis(ts[:16])
@@ -64,26 +65,9 @@ _SECOND_MILLIS = {f"{s:02d}": s * 1000 for s in range(60)}
 _MINUTE_CACHE = 4096
 
 
-_DAY_MILLIS: dict[str, int] = {}
-_HOUR_MILLIS = {f"{h:02d}": h * 3_600_000 for h in range(24)}
-_MINUTE_OF_HOUR_MILLIS = {f"{m:02d}": m * 60_000 for m in range(60)}
-
-
 def _minute_millis(minute: str) -> int:
-    """'YYYY-MM-DDTHH:MM' in milliseconds: the date through datetime once per date, the
-    hour and the minute read off the text (a new minute every few events is common)."""
-    day = _DAY_MILLIS.get(minute[:10])
-    if day is None:
-        day = (datetime.fromisoformat(minute[:10]) - _NAIVE_EPOCH).days * 86_400_000
-        if len(_DAY_MILLIS) >= _MINUTE_CACHE:
-            _DAY_MILLIS.clear()
-        _DAY_MILLIS[minute[:10]] = day
-    hour = _HOUR_MILLIS.get(minute[11:13])
-    of_hour = _MINUTE_OF_HOUR_MILLIS.get(minute[14:16])
-    if hour is None or of_hour is None or minute[10] != "T" or minute[13] != ":":
-        delta = datetime.fromisoformat(minute) - _NAIVE_EPOCH  # (raises on a bad text)
-        return delta.days * 86_400_000 + delta.seconds * 1000
-    value = day + hour + of_hour
+    delta = datetime.fromisoformat(minute) - _NAIVE_EPOCH
+    value = delta.days * 86_400_000 + delta.seconds * 1000
     if len(_MINUTE_MILLIS) >= _MINUTE_CACHE:
         _MINUTE_MILLIS.clear()
     _MINUTE_MILLIS[minute] = value
