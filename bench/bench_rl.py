@@ -5,13 +5,16 @@
 1. **Per-turn overhead** of our agent loop (``rl.verl_loop.WorldAgentLoop``: parse, the
    real tool call on a demo instance, recording, token merging) against verl's own
    ``ToolAgentLoop`` with no-op function tools of the same names and schemas, both through
-   verl's ``AgentLoopWorker`` with the same scripted server and the same local tokenizer.
+   verl's V1 worker path (``AgentLoopWorkerTQ`` for verl's loop, our
+   ``WorldAgentLoopWorker`` over it for ours: every rollout put into a real TransferQueue
+   on a local Ray cluster) with the same scripted server and the same local tokenizer.
    Each is timed on a 1-turn and a 21-turn trajectory, interleaved round by round; the
    per-turn cost is (t21 - t1) / 20, so the fixed costs (our instance and grading, their
    prompt) cancel out. Target <= 1.5x.
-2. **1,024 concurrent trajectories** (64 task rows x 16, the demo pack's six tasks
-   cycled) through one worker, instances pre-fetched: errors (rollouts lost), trajectories
-   per second, p50/p99 of an environment step (one tool call as the loop waited for it).
+2. **1,024 concurrent trajectories** (64 task prompts x G = 16, the demo pack's tasks
+   cycled) through one V1 worker into TransferQueue, instances pre-fetched: errors
+   (rollouts lost), trajectories per second, p50/p99 of an environment step (one tool
+   call as the loop waited for it).
    Each trajectory: three reads and an answer, graded by the task's verifier.
 3. **Instance preparation per batch** (pre-fetching the batch's 1,024 instances) against
    the time the fake model takes for the same batch (its calls at ``--model-ms`` each,
@@ -22,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +56,26 @@ def main(argv: list[str] | None = None) -> None:
     work = fresh_dir(WORK_DIR / B)
     setup = _setup(work)
     report = Report(B, {"rounds": rounds, "trajectories": count, "model_ms": a.model_ms})
-    _per_turn(report, setup, rounds)
-    _concurrent(report, setup, count, a.model_ms)
+    with _transfer_queue():
+        _per_turn(report, setup, rounds)
+        _concurrent(report, setup, count, a.model_ms)
     emit(report, quick=a.quick)
+
+
+@contextlib.contextmanager
+def _transfer_queue() -> Iterator[None]:
+    """A local Ray cluster holding TransferQueue's controller and storage units, which
+    the V1 workers put every rollout into (logical CPUs: its units ask Ray for them)."""
+    import ray
+    import transfer_queue as tq
+
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    tq.init()
+    try:
+        yield
+    finally:
+        tq.close()
+        ray.shutdown()
 
 
 # --- set-up -----------------------------------------------------------------------------
@@ -180,46 +202,92 @@ def _rows(count: int) -> list[dict[str, Any]]:
     return [every[i % len(every)] for i in range(count)]
 
 
-def _batch(rows: list[dict[str, Any]], agent: str) -> Any:
+def _batch(rows: list[dict[str, Any]], agent: str, *, step: int) -> Any:
+    """verl's V1 training batch (one entry per prompt, each run G times by the worker),
+    its prompts registered in TransferQueue as the V1 trainer registers them."""
     import numpy as np
-    from verl.protocol import DataProto
+    import transfer_queue as tq
+    from verl.utils import tensordict_utils as tu
 
-    return DataProto.from_single_dict({
+    uids = [f"b{step}x{i}" for i in range(len(rows))]
+    batch = tu.get_tensordict({
         "raw_prompt": np.array([r["prompt"] for r in rows], dtype=object),
         "agent_name": np.array([agent] * len(rows), dtype=object),
         "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
         "index": np.arange(len(rows)),
+        "uid": np.array(uids, dtype=object),
     })
+    tu.assign_non_tensor_data(batch, "global_steps", step)
+    tq.kv_batch_put(keys=uids, partition_id="train",
+                    tags=[{"is_prompt": True, "status": "pending", "global_steps": step}
+                          for _ in uids])
+    return batch
+
+
+def _settle(worker: Any, batch: Any) -> None:
+    """The batch through the V1 worker: its prompts spawned, then every one settled."""
+
+    async def go() -> None:
+        await worker.generate_sequences(batch)
+        await asyncio.gather(*list(worker.background_tasks))
+        refill = getattr(worker, "_refill", None)
+        if refill is not None:
+            await refill
+
+    asyncio.run(go())
+
+
+def _collect(batch: Any) -> list[dict[str, Any]]:
+    """The extra fields of the batch's rollouts in TransferQueue; then cleared."""
+    import transfer_queue as tq
+
+    uids = set(batch["uid"])
+    listed = tq.kv_list("train").get("train", {})
+    keys = sorted(k for k, tag in listed.items()
+                  if not tag.get("is_prompt") and k.split("_")[0] in uids)
+    found = tq.kv_batch_get(keys=keys, partition_id="train",
+                            select_fields=["extra_fields"])["extra_fields"] if keys else []
+    extras = [getattr(e, "data", e) for e in (found.tolist() if keys else [])]
+    tq.kv_clear(keys=[*uids, *keys], partition_id="train")
+    return extras
 
 
 # --- 1. per-turn overhead ----------------------------------------------------------------
 
 
 def _per_turn(report: Report, setup: dict[str, Any], rounds: int) -> None:
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
-    config = _config(setup)
-    worker = AgentLoopWorker(config, FakeServer(_tok(setup), 0))
+    from rl.verl_manager import WorldAgentLoopWorker
+
+    verl_class = AgentLoopWorkerTQ.__ray_actor_class__  # the class behind the Ray actor
+    verl_worker = verl_class(_config(setup), FakeServer(_tok(setup), 0))
+    worker = WorldAgentLoopWorker(_config(setup), FakeServer(_tok(setup), 0))
     row = _rows(1)
+    heavy = WorldAgentLoopWorker(_config(setup, "+agent_worlds.lean_tool_turns=false"),
+                                 FakeServer(_tok(setup), 0))
+    counter = iter(range(10**9))
 
-    heavy = AgentLoopWorker(_config(setup, "+agent_worlds.lean_tool_turns=false"),
-                            FakeServer(_tok(setup), 0))
-
-    def run(agent: str, turns: int, on: Any = worker) -> float:
+    def run(agent: str, turns: int, on: Any) -> float:
         on.llm_client = FakeServer(on.tokenizer, turns)
-        batch = _batch(row, agent)
+        batch = _batch(row, agent, step=next(counter))
         t0 = time.perf_counter()
-        asyncio.run(on.generate_sequences(batch))
-        return time.perf_counter() - t0
+        _settle(on, batch)
+        took = time.perf_counter() - t0
+        _collect(batch)
+        return took
 
-    for agent in ("agent_worlds", "tool_agent"):  # warm both: imports, caches, tokenizer
-        run(agent, 1)
+    ours = {"agent_worlds": worker, "tool_agent": verl_worker}
+    for agent, on in ours.items():  # warm both: imports, caches, tokenizer
+        run(agent, 1, on)
     run("agent_worlds", 1, heavy)
     times = interleave({
-        "ours_1": lambda: run("agent_worlds", 1), "ours_21": lambda: run("agent_worlds", 21),
+        "ours_1": lambda: run("agent_worlds", 1, worker),
+        "ours_21": lambda: run("agent_worlds", 21, worker),
         "full_1": lambda: run("agent_worlds", 1, heavy),
         "full_21": lambda: run("agent_worlds", 21, heavy),
-        "verl_1": lambda: run("tool_agent", 1), "verl_21": lambda: run("tool_agent", 21)},
+        "verl_1": lambda: run("tool_agent", 1, verl_worker),
+        "verl_21": lambda: run("tool_agent", 21, verl_worker)},
         rounds)
 
     def per_turn(name: str) -> float:
@@ -251,30 +319,33 @@ def _tok(setup: dict[str, Any]) -> Any:
 
 def _concurrent(report: Report, setup: dict[str, Any], count: int, model_ms: float) -> None:
     import msgspec
-    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     from gates.task import load_task
     from packs.registry import load_pack
     from rl.contract import RowInfo
+    from rl.verl_manager import WorldAgentLoopWorker
     from rl.world import runtime
 
-    config = _config(setup)
-    rows = _rows(count)
+    group = 16 if count >= 16 else 1
+    config = _config(setup, f"actor_rollout_ref.rollout.n={group}")
+    rows = _rows(count // group)
     world = runtime(str(setup["store"]))
     pack = load_pack("demo")
     tasks = [load_task(pack.task_dir(msgspec.convert(r["extra_info"], RowInfo).task_id))
-             for r in rows]
+             for r in rows for _ in range(group)]
     t0 = time.perf_counter()
     asyncio.run(world.prefetch(tasks))
     prepare = time.perf_counter() - t0
     server = FakeServer(_tok(setup), 3, delay=model_ms / 1000)
-    worker = AgentLoopWorker(config, server)
+    worker = WorldAgentLoopWorker(config, server)
+    batch = _batch(rows, "agent_worlds", step=10**6)
     t0 = time.perf_counter()
-    out = asyncio.run(worker.generate_sequences(_batch(rows, "agent_worlds")))
+    _settle(worker, batch)
     took = time.perf_counter() - t0
-    lost = int(sum(out.non_tensor_batch["env_error"].tolist()))
-    steps = sorted(s for seconds in out.non_tensor_batch["env_step_seconds"].tolist()
-                   for s in (seconds or []))
+    extras = _collect(batch)
+    finished = len(extras)
+    lost = count - finished + sum(int(e["reward_extra_info"]["env_error"]) for e in extras)
+    steps = sorted(s for e in extras for s in (e.get("env_step_seconds") or []))
     p50 = statistics.median(steps) if steps else 0.0
     p99 = steps[min(len(steps) - 1, int(0.99 * len(steps)))] if steps else 0.0
     model_wall = 4 * model_ms / 1000  # four calls per trajectory, all concurrent

@@ -69,9 +69,11 @@ loopback gateway or a proxy). A page request from another site (``Sec-Fetch-Site
 
 Every episode is stored in the world store (``envs.episodes_store.save_episode``) when its
 instance is closed (DELETE, idle reaping, shutdown) or reset, unless it has no calls and
-no answer; DELETE answers its id, and a closed instance's 404 names it too. (A stored
-episode is named by what it holds, ``content_id``: the ``episode_id`` of a live one, in
-info and OpenEnv's state, is provisional.) Tasks are
+no answer; DELETE answers its id, and a closed instance's 404 names it too. An episode's
+id is drawn when it starts (the instance is created or reset) and the episode is stored
+under it, so the ``episode_id`` in info, ``/episode`` and OpenEnv's reset, step and state
+is the stored episode's from the first response on (a client can look it up later without
+waiting for the close). Tasks are
 injected (``tasks``: ``ServedTask`` by id, built by ``gates.served``: ``envs`` never imports
 ``gates``); grading runs in a thread, and a task whose world is not the instance's is 409.
 
@@ -86,6 +88,11 @@ text}``) and OpenEnv's MCP actions (``{"type": "call_tool", "tool_name", "argume
 ``{"type": "list_tools"}``); the episode is done after an answer or ``max_steps`` steps,
 when a task's instance is graded and the reward is the grade's (0.0 before, and without a
 task).
+
+What a model reads through any of these (a shell command's text, the meta-mode catalogue,
+a refusal, a timeout) is rendered by ``envs.observation``, as the LLM agent and the RL loop
+render it; OpenEnv's ``list_tools`` observation carries that catalogue's text beside the
+tools as data.
 
 Every instance's MCP app (``instance_server(...).http_app()``) runs its lifespan (the
 streamable-HTTP session manager) in a task of its own, so instances come and go while the
@@ -125,6 +132,7 @@ import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -135,12 +143,12 @@ import msgspec
 from fastmcp.server.http import StarletteWithLifespan
 
 from envs.contract import ToolResult
-from envs.episode import ShellCall
 from envs.episodes_store import save_episode
 from envs.errors import GatewayError
 from envs.gui import GUI_ACTIONS, gui_argument_problem
 from envs.instance import Environment, GuiResult, Instance
 from envs.mcp import Mode, instance_server
+from envs.observation import catalogue, shell_result, timed_out
 from envs.site import MAX_FORM_BYTES, PageResponse
 from replay.errors import IntegrityError
 from worldstore.errors import ConflictError, NotFoundError, WorldError
@@ -288,11 +296,12 @@ class _Hosted:
 
     def _label(self) -> None:
         """Name the episode's task and agent (a fresh episode after a reset too): they are
-        part of what a stored episode holds."""
-        if self.task is not None or self.setup.agent is not None:
-            self.instance.episode = msgspec.structs.replace(
-                self.instance.episode, task=self.task.task_id if self.task else None,
-                agent=self.setup.agent)
+        part of what a stored episode holds; and give it the id it will be stored under,
+        drawn now because clients are told it before the episode ends (a content id
+        exists only then). Random: ids of instances ("i3") repeat across gateways."""
+        self.instance.episode = msgspec.structs.replace(
+            self.instance.episode, episode_id=uuid.uuid4().hex,
+            task=self.task.task_id if self.task else None, agent=self.setup.agent)
 
     # --- calls: tools, shell commands, the answer ------------------------------------
 
@@ -360,7 +369,7 @@ class _Hosted:
             return await asyncio.wait_for(asyncio.shield(task), self.call_timeout)
         except TimeoutError:
             self.timeouts += 1
-            message = f"{what} timed out after {self.call_timeout:g} s"
+            message = timed_out(what, self.call_timeout)
             if not started.is_set():  # still waiting for an earlier call: never run it
                 task.cancel()
                 message += (" (not run: the instance was still busy with an earlier call "
@@ -411,7 +420,10 @@ class _Hosted:
         episode = self.instance.episode
         if not episode.calls and episode.answer is None:
             return None  # nothing happened: an empty episode is not worth a row
-        episode_id = save_episode(self.worlds, self.instance)
+        # Stored as a bare Episode, which keeps the id clients were given (an instance's
+        # would be renamed to its content id); its final hash is the instance's now.
+        episode_id = save_episode(self.worlds, msgspec.structs.replace(
+            episode, final_hash=self.instance.hash()))
         self.stored.append(episode_id)
         return episode_id
 
@@ -471,17 +483,6 @@ class _Hosted:
 
 def _tool_failure(_status: int, message: str) -> ToolResult:
     return ToolResult(True, message)
-
-
-def shell_result(call: ShellCall) -> ToolResult:
-    """What an agent sees of a shell command, as the scripted agents do (stdout, then
-    "[stderr]" and "[exit N]" when there are any), and the call itself, structured."""
-    text = call.stdout + (f"\n[stderr]\n{call.stderr}" if call.stderr else "")
-    if call.exit_code != 0:
-        text += f"\n[exit {call.exit_code}]"
-    return ToolResult(call.exit_code != 0, text, {
-        "exit_code": call.exit_code, "stdout": call.stdout, "stderr": call.stderr,
-        "timed_out": call.timed_out, "truncated": call.truncated, "refused": call.refused})
 
 
 _Job = Callable[[], Any]
@@ -868,8 +869,8 @@ class Gateway:
             _allow(method, "POST")
             request = _fields(_json_body(await _read_body(receive)), ("seed", "episode_id"),
                               '{"seed": <int> (ignored: worlds are deterministic), '
-                              '"episode_id": <string> (ignored: episode ids are content '
-                              "ids)}")
+                              '"episode_id": <string> (ignored: the gateway draws the '
+                              "ids episodes are stored under)}")
             _openenv_reset_fields(request)
             stored = await hosted.run_locked(hosted.reset)
             await _send_json(send, 200, {
@@ -909,10 +910,11 @@ class Gateway:
             _enabled(hosted, kind)
         hosted.steps += 1
         observation: dict[str, Any]
-        if kind == "list_tools":
+        if kind == "list_tools":  # the catalogue's text too: what an agent shows a model
+            infos = hosted.instance.list_tools()
             observation = {"tools": [
                 {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                for t in hosted.instance.list_tools()]}
+                for t in infos], "text": catalogue(infos)}
         elif kind == "tool":
             result = await hosted.call(value, arguments)
             observation = {"text": result.text, "is_error": result.is_error}

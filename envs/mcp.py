@@ -21,7 +21,14 @@ the first one starts the browser)::
 This server is the only FastMCP layer of a call: its tools validate nothing and hand every
 call to the instance's one dispatch (``Instance.acall_tool``), which validates the
 arguments against the tool's schema, runs the tool against this instance only and records
-the call in its episode. The server works with any MCP transport: in memory
+the call in its episode.
+
+What a model reads here is what the LLM agent and the RL loop show it (``envs.observation``):
+the agent tools and meta-tools are served with their names, descriptions and schemas;
+``list_tools`` answers with the catalogue's text (and the same list as structured
+content); a ``call_tool``, ``shell`` or ``answer`` call whose arguments cannot be used,
+and a call of a tool the server does not have, get the agents' "Not executed: ..." error
+result. The server works with any MCP transport: in memory
 (``fastmcp.Client(server)``), stdio, or streamable HTTP (``server.http_app()``).
 """
 
@@ -29,18 +36,29 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from fastmcp import FastMCP
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
-from mcp.types import ImageContent, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp.types import CallToolRequestParams, ImageContent, TextContent, ToolAnnotations
 
+from envs.contract import ToolInfo
 from envs.contract import ToolResult as CallResult
 from envs.gui import GUI_TOOLS, gui_tool_action
 from envs.instance import GuiResult, Instance
+from envs.observation import (
+    ANSWER_TOOL_INFO,
+    CALL_TOOL_INFO,
+    LIST_TOOLS_INFO,
+    SHELL_TOOL_INFO,
+    catalogue,
+    meta_call,
+    not_executed,
+    text_argument_problem,
+    unknown_tool,
+)
 
 Mode = Literal["tools", "meta"]
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallResult]]
@@ -125,75 +143,94 @@ def instance_server(instance: Instance, mode: Mode = "tools", *,
     # In meta mode service tools sit behind call_tool: only the tools mode can clash.
     taken = {t.name for t in instance.list_tools()} if mode == "tools" else set()
     _add_agent_tools(server, taken, shell, answer, gui)
+    server.add_middleware(_UnknownTools(server))
     return server
 
 
 def _add_agent_tools(server: FastMCP, taken: set[str], shell: TextCaller | None,
                      answer: TextCaller | None, gui: GuiCaller | None) -> None:
-    wanted = [("shell", shell), ("answer", answer),
-              *((name, gui) for name in GUI_TOOL_NAMES)]
+    # In the order the agents offer them (envs.observation.tool_schemas): GUI, shell, answer.
+    wanted = [*((name, gui) for name in GUI_TOOL_NAMES), ("shell", shell), ("answer", answer)]
     for name, given in wanted:
         if given is not None and name in taken:
             raise ValueError(f"a service tool is already named {name!r}: the {name} tool "
                              "cannot be served beside it (serve service-prefixed names)")
-    if shell is not None:
-        run = shell
-
-        async def shell_tool(command: Annotated[str, Field(
-                description="One bash command, run in the workspace (the world's files)")]
-                             ) -> ToolResult:
-            """Run one bash command in this world's workspace and see its output: stdout,
-            then [stderr] and [exit N] when there are any. Files it writes stay."""
-            return _tool_result(await run(command))
-
-        server.add_tool(Tool.from_function(shell_tool, name="shell"))
-    if answer is not None:
-        give = answer
-
-        async def answer_tool(text: Annotated[str, Field(
-                description="Your final answer, in words")]) -> ToolResult:
-            """Give your final answer to the task. Call it once, when you are done: it
-            ends the episode."""
-            return _tool_result(await give(text))
-
-        server.add_tool(Tool.from_function(answer_tool, name="answer"))
     if gui is not None:
         for info in GUI_TOOLS:
             server.add_tool(_GuiTool(
                 name=info.name, description=info.description, parameters=info.input_schema,
                 gui=gui, annotations=ToolAnnotations(read_only_hint=not info.writes)))
+    for info, key, given in ((SHELL_TOOL_INFO, "command", shell),
+                             (ANSWER_TOOL_INFO, "text", answer)):
+        if given is not None:
+            server.add_tool(_agent_tool(info, _text_tool(info.name, key, given)))
 
 
-def _tool_result(result: CallResult) -> ToolResult:
-    return ToolResult(content=[TextContent(type="text", text=result.text)],
-                      is_error=result.is_error)
+def _text_tool(name: str, key: str, run: TextCaller
+               ) -> Callable[[dict[str, Any]], Awaitable[CallResult]]:
+    """``shell`` or ``answer``: exactly one string argument, refused as the agents refuse
+    it (the tool is a plain one, so nothing else checks its arguments)."""
+
+    async def call(arguments: dict[str, Any]) -> CallResult:
+        problem = text_argument_problem(name, key, arguments)
+        if problem is not None:
+            return CallResult(True, not_executed(problem))
+        return await run(arguments[key])
+
+    return call
+
+
+class _AgentTool(Tool):
+    """An agent tool (``shell``, ``answer``, the meta-tools) described by its
+    ``envs.observation`` info, so its name, description and schema are the ones the LLM
+    agent and the RL loop offer; a plain ``Tool``: its call checks the arguments."""
+
+    call: Any = None
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        result: CallResult = await self.call(arguments)
+        structured = result.structured if isinstance(result.structured, dict) else None
+        return ToolResult(content=[TextContent(type="text", text=result.text)],
+                          structured_content=structured, is_error=result.is_error)
+
+
+def _agent_tool(info: ToolInfo, call: Callable[[dict[str, Any]], Awaitable[CallResult]]
+                ) -> Tool:
+    return _AgentTool(name=info.name, description=info.description,
+                      parameters=info.input_schema, call=call)
 
 
 def _add_meta_tools(server: FastMCP, instance: Instance, caller: Caller) -> None:
-    def list_tools() -> list[dict[str, Any]]:
-        """List every tool of this environment: name, description and input schema.
-        Call it once, first."""
-        return [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                for t in instance.list_tools()]
+    async def list_tools(arguments: dict[str, Any]) -> CallResult:
+        infos = instance.list_tools()
+        # the text is the catalogue the agents show; the structure, the same for programs
+        return CallResult(False, catalogue(infos), {"result": [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in infos]})
 
-    async def call_tool(
-        tool_name: Annotated[str, Field(description="A name returned by list_tools")],
-        arguments: Annotated[dict[str, Any] | str, Field(
-            description="The tool's arguments: a JSON object (or its JSON text)")] = "{}",
-    ) -> ToolResult:
-        """Call one tool of this environment by name with JSON arguments."""
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments or "{}")
-            except json.JSONDecodeError as exc:
-                return _error(f"arguments are not valid JSON: {exc}")
-            if not isinstance(arguments, dict):
-                return _error("arguments must be a JSON object")
-        return _tool_result(await caller(tool_name, arguments))
+    async def call_tool(arguments: dict[str, Any]) -> CallResult:
+        called = meta_call(arguments)
+        if isinstance(called, str):
+            return CallResult(True, not_executed(called))
+        return await caller(*called)
 
-    server.add_tool(Tool.from_function(list_tools, name="list_tools"))
-    server.add_tool(Tool.from_function(call_tool, name="call_tool"))
+    server.add_tool(_agent_tool(LIST_TOOLS_INFO, list_tools))
+    server.add_tool(_agent_tool(CALL_TOOL_INFO, call_tool))
 
 
-def _error(text: str) -> ToolResult:
-    return ToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+class _UnknownTools(Middleware):
+    """A call of a tool the server does not have gets the error result the agents give
+    one (``envs.observation.unknown_tool``), not FastMCP's own error."""
+
+    def __init__(self, server: FastMCP) -> None:
+        self.server = server
+
+    async def on_call_tool(self, context: MiddlewareContext[CallToolRequestParams],
+                           call_next: CallNext[CallToolRequestParams, ToolResult]
+                           ) -> ToolResult:
+        known = {t.name for t in await self.server.list_tools()}
+        name = context.message.name
+        if name not in known:
+            return ToolResult(content=[TextContent(type="text", text=not_executed(
+                unknown_tool(name, known)))], is_error=True)
+        return await call_next(context)

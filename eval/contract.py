@@ -14,7 +14,7 @@ their one JSON encoding (``encode_results``: sorted keys, two-space indent), wha
 
 A trial lost to the infrastructure (its instance, sandbox or verifier failed) has
 ``env_error`` true, ``success`` false and counts in every denominator: it is reported
-as lost, never dropped.
+as lost, never dropped. Resuming the run folder runs it again (``eval.runner``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class RunInfo(msgspec.Struct, forbid_unknown_fields=True):
     tasks_source: list[str]
     started: str
     api_base: str | None = None
+    protocol: str | None = None  # the paper's protocol the LLM agent ran under (eval.protocols)
 
 
 class Trial(msgspec.Struct, forbid_unknown_fields=True):

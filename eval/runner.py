@@ -9,11 +9,18 @@ A run folder holds::
     results.json      everything, with the metrics (``eval.contract``), at the end
 
 A trial's id is the digest of the run's id (everything that decides the trials: agent,
-tasks and their world hashes, k, hinted, step and history limits), its task and its
-number, so a run killed at any point resumes where it stopped: finished trials are read
+tasks and their world hashes, k, hinted, step and history limits, the protocol), its task
+and its number, so a run killed at any point resumes where it stopped: finished trials are read
 back, never run again, and a run folder made by another configuration is refused rather
 than mixed. Trials run ``concurrency`` at a time in threads; a trial that raises (its
-instance, sandbox or verifier failed) is recorded as lost, never dropped.
+instance, sandbox, model or verifier failed) is recorded as lost, never dropped. A lost
+trial measured nothing, so running the folder again runs it again (after the key or
+endpoint was fixed, say) instead of reading it back.
+
+A run whose every trial was lost to the same error (an LLM agent with no API key, or a
+model server that is not there) measured nothing: it is refused with that error
+(EvalError) instead of reporting 0 % success, and no results are written; its lost trials
+stay in the folder and are run again by the next run with the same ``--out``.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from envs.instance import Environment
 from eval.contract import Results, RunInfo, TaskResult, Trial, encode_results
 from eval.errors import EvalError
 from eval.metrics import compute_metrics
+from eval.protocols import protocol
 from gates.agents import Agent, parse_agent_spec, scripted
 from gates.contract import AnswerStep, Rollout
 from gates.rewards import wildawm_reward
@@ -55,16 +63,25 @@ class EvalConfig:
     split: str | None = None
     hinted: bool = False
     max_steps: int = 20
-    history: int = 10  # the LLM agent's window of recent steps (AWM: 10 at evaluation)
+    history: int = 10  # the LLM agent's window of recent steps (AWM: 10 at evaluation; 0: all)
     concurrency: int = 1
     api_base: str | None = None
+    # a paper's protocol (eval.protocols: mode, sampling, compaction); max_steps and
+    # history above are the run's own, the protocol's unless given explicitly
+    protocol: str | None = None
 
     def check(self) -> None:
-        parse_agent_spec(self.agent)  # refuses an unknown agent before anything runs
+        spec = parse_agent_spec(self.agent)  # refuses an unknown agent before anything runs
         for name, value in (("k", self.k), ("max-steps", self.max_steps),
-                            ("history", self.history), ("concurrency", self.concurrency)):
+                            ("concurrency", self.concurrency)):
             if value < 1:
                 raise EvalError(f"--{name} must be at least 1, not {value}")
+        if self.history < 0:
+            raise EvalError(f"--history must be at least 0 (0: all), not {self.history}")
+        protocol(self.protocol)  # refuses an unknown one
+        if self.protocol is not None and spec.kind != "llm":
+            raise EvalError(f"--protocol {self.protocol} runs an LLM agent the paper's way; "
+                            f"{self.agent} is scripted")
 
 
 class _StoredTrial(msgspec.Struct, forbid_unknown_fields=True):
@@ -82,9 +99,15 @@ class Progress(Protocol):
 
 
 def run_id_of(config: EvalConfig, tasks: Sequence[Task]) -> str:
-    return digest_of([config.agent, config.k, config.hinted, config.max_steps,
-                      config.history, config.api_base or "",
-                      [[t.task_id, t.spec.world_hash] for t in tasks]])
+    parts: list[object] = [config.agent, config.k, config.hinted, config.max_steps,
+                           config.history, config.api_base or "",
+                           [[t.task_id, t.spec.world_hash] for t in tasks]]
+    if config.protocol is not None:  # absent otherwise: earlier runs keep their ids
+        chosen = protocol(config.protocol)
+        sampling = chosen.sampling
+        parts.append([chosen.name, chosen.mode, sampling.temperature, sampling.top_p,
+                      sampling.top_k, chosen.compact_at])
+    return digest_of(parts)
 
 
 def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: Path, *,
@@ -98,6 +121,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
     ordered = sorted(tasks, key=lambda t: t.task_id)
     _refuse_repeats(ordered)
     _refuse_replays_without_solution(config, ordered)
+    _refuse_interfaces_not_offered(config, ordered)
     _refuse_missing_worlds(env, ordered)
     info = _start(out, config, ordered, sources)
     done = _finished(out, info.run_id)
@@ -120,6 +144,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
     with ThreadPoolExecutor(max_workers=config.concurrency) as pool:
         for future in [pool.submit(one, task, n) for task, n in todo]:
             future.result()
+    _refuse_all_lost(list(done.values()), out)
     return _write_results(out, info, ordered, done)
 
 
@@ -135,8 +160,10 @@ def make_agent(config: EvalConfig) -> Agent:
     client = client_from_env(model=spec.name)
     if config.api_base:
         client.api_base = config.api_base
-    return LLMAgent(client, window=config.history, max_steps=config.max_steps,
-                    name=config.agent)
+    chosen = protocol(config.protocol)
+    return LLMAgent(client, window=config.history or None, max_steps=config.max_steps,
+                    name=config.agent, mode=chosen.mode, sampling=chosen.sampling,
+                    compact_at=chosen.compact_at)
 
 
 def run_trial(env: Environment, task: Task, agent: Agent, n: int, *, hinted: bool) -> Trial:
@@ -200,7 +227,8 @@ def _start(out: Path, config: EvalConfig, tasks: Sequence[Task],
                    model=spec.name if spec.kind == "llm" else None, k=config.k,
                    split=config.split, hinted=config.hinted, max_steps=config.max_steps,
                    history=config.history, concurrency=config.concurrency,
-                   tasks_source=list(sources), started=_now(), api_base=config.api_base)
+                   tasks_source=list(sources), started=_now(), api_base=config.api_base,
+                   protocol=config.protocol)
     (out / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
     _write_atomic(path, msgspec.json.format(msgspec.json.encode(info, order="sorted"),
                                             indent=2) + b"\n")
@@ -215,16 +243,33 @@ def load_run_info(path: Path) -> RunInfo:
 
 
 def _finished(out: Path, run_id: str) -> dict[tuple[str, int], Trial]:
-    """The trials a killed run finished (a torn write never exists: see _write_atomic)."""
+    """The trials a killed run finished (a torn write never exists: see _write_atomic),
+    but not the lost ones: they measured nothing and are run again."""
     found: dict[tuple[str, int], Trial] = {}
     for path in sorted((out / TRIALS_DIR).glob("*.json")):
         try:
             stored = msgspec.json.decode(path.read_bytes(), type=_StoredTrial)
         except msgspec.DecodeError:
             continue  # torn by a power loss (trial files are not fsynced): run it again
-        if stored.run_id == run_id:
+        if stored.run_id == run_id and not stored.trial.env_error:
             found[(stored.task_id, stored.trial.trial)] = stored.trial
     return found
+
+
+def _refuse_all_lost(trials: Sequence[Trial], out: Path) -> None:
+    """EvalError when every trial of the run was lost to one and the same error: that is
+    the configuration's fault (no key, no model server, a verifier that cannot start),
+    and a report of 0 % success would read as the agent's. Mixed outcomes are reported."""
+    if not trials or not all(t.env_error for t in trials):
+        return
+    errors = {t.error for t in trials}
+    if len(errors) != 1:
+        return
+    (error,) = errors
+    which = ("its one trial was lost" if len(trials) == 1
+             else f"all {len(trials)} trials were lost to the same error")
+    raise EvalError(f"{which}, so no results were written: {error or 'no error recorded'}; "
+                    f"fix it and run again with --out {out} (lost trials are run again)")
 
 
 def _save_trial(out: Path, run_id: str, task_id: str, trial: Trial) -> None:
@@ -276,6 +321,22 @@ def _refuse_replays_without_solution(config: EvalConfig, tasks: Sequence[Task]) 
             raise EvalError(f"task {task.task_id!r} has no reference solution (its "
                             f"task.json declares it absent), which {config.agent} replays; "
                             "evaluate it with an LLM agent")
+
+
+def _refuse_interfaces_not_offered(config: EvalConfig, tasks: Sequence[Task]) -> None:
+    """A protocol in AWM's meta-tool mode offers the services' tools only (behind
+    list_tools and call_tool): a task that needs the shell or the GUI could never pass,
+    and would read as the agent's failure, so the run is refused instead."""
+    mode = protocol(config.protocol).mode
+    if mode != "meta":
+        return
+    for task in tasks:
+        missing = sorted(set(task.spec.interfaces) - {"mcp"})
+        if missing:
+            raise EvalError(f"task {task.task_id!r} needs {', '.join(missing)}, which "
+                            f"--protocol {config.protocol} (AWM's meta-tool mode: the "
+                            "services' tools only) does not offer; evaluate it without "
+                            "--protocol or with --protocol wildawm")
 
 
 def _refuse_missing_worlds(env: Environment, tasks: Sequence[Task]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from envs.instance import Instance
+from envs.observation import shell_result
 from gates.contract import (
     AnswerStep,
     GuiStep,
@@ -41,12 +42,9 @@ def take_step(instance: Instance, index: int, step: Step, reasoning: str = "") -
         return TurnRecord(index=index, step=step, observation=result.text,
                           is_error=result.is_error, reasoning=reasoning)
     if isinstance(step, ShellStep):
-        call = instance.shell(step.command)
-        observation = call.stdout + (f"\n[stderr]\n{call.stderr}" if call.stderr else "")
-        if call.exit_code != 0:
-            observation += f"\n[exit {call.exit_code}]"
-        return TurnRecord(index=index, step=step, observation=observation,
-                          is_error=call.exit_code != 0, reasoning=reasoning)
+        result = shell_result(instance.shell(step.command))
+        return TurnRecord(index=index, step=step, observation=result.text,
+                          is_error=result.is_error, reasoning=reasoning)
     if isinstance(step, GuiStep):
         return gui_turn(instance, index, step, reasoning)[0]
     return TurnRecord(index=index, step=step, observation="", reasoning=reasoning)

@@ -17,9 +17,21 @@ older one becomes its caption alone, in brackets (``screenshot_note``), which bo
 context to one image. The trainers, which show no images (``rl.world``, ``rl.sft``), put
 that same note where every screenshot would be.
 
-History window (AWM): the model sees the system prompt, the task and only the ``window``
-most recent steps (3 in training, 10 at evaluation), each step with its tool results, so a
-step and its results are always kept or dropped together.
+History, as the RL loop keeps it: the window (AWM): the model sees the
+system prompt, the task, in meta mode the ``list_tools`` exchange, and only the
+``window`` most recent steps (3 in training, 10 at evaluation; None: all), each step with
+its tool results, so a step and its results are always kept or dropped together.
+Compaction (WildAWM, ``compact_at``): when a call's context and output pass that many
+tokens (as the provider counts them), a separate call without tools summarises the context
+(``gates.compaction``, the RL loop's prompt) and the rollout goes on from the system
+prompt, the task and the summary.
+
+Sampling (``Sampling``): temperature 0 by default; the papers' evaluation protocols
+(``eval.protocols``) set temperature, top-p and top-k, sent with every call.
+
+What the model is shown (the tools offered, the catalogue, tool and shell results,
+refusals) is rendered by ``envs.observation``, as by the RL loop, the gateway and the SFT
+rows: a policy is evaluated on exactly the text it was trained on.
 
 Bad calls are data for the model, never exceptions: a call to a tool that was not offered,
 or arguments that are not a JSON object (or lack the string that ``shell`` and ``answer``
@@ -31,11 +43,11 @@ instance as error results.
 Meta-tool mode (``mode="meta"``, AWM's protocol, never with GUI tools): the model is
 offered only AWM's two meta-tools and ``answer``: ``list_tools`` (every tool's name,
 description and input schema, as JSON) and ``call_tool(tool_name, arguments)``, which
-calls the named tool on the instance (``arguments`` a JSON object or its text). Their
-turns are ``ToolStep``s named ``list_tools`` and ``call_tool`` with the arguments as the
-model wrote them, so ``gates.rewards.awm_steps`` reads them as AWM steps; nothing enforces
-AWM's format rules here (``list_tools`` once and first): the format validator judges them
-afterwards.
+calls the named tool on the instance (``arguments`` a JSON object or its text; the
+catalogue is shown whole, never cut). Their turns are ``ToolStep``s named ``list_tools``
+and ``call_tool`` with the arguments as the model wrote them, so
+``gates.rewards.awm_steps`` reads them as AWM steps; nothing enforces AWM's format rules
+here (``list_tools`` once and first): the format validator judges them afterwards.
 
 Unrecoverable format failure (``Trajectory.format_error``, ``stopped="format_error"``):
 ``MAX_INVALID_STEPS`` steps in a row in which no call could be executed (no call at all,
@@ -52,10 +64,29 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envs.contract import ToolInfo
 from envs.gui import GUI_TOOLS, gui_tool_action
 from envs.instance import Instance
+from envs.observation import (
+    ANSWER,
+    ANSWER_TOOL_INFO,
+    CALL_TOOL,
+    CALL_TOOL_INFO,
+    LIST_TOOLS,
+    LIST_TOOLS_INFO,
+    OBSERVATION_LIMIT,
+    SHELL,
+    SHELL_TOOL_INFO,
+    catalogue,
+    meta_call,
+    not_executed,
+    shown,
+    text_argument_problem,
+    tool_schemas,
+    unknown_tool,
+)
+from envs.observation import function_schema as mcp_tool
 from gates.agents import gui_turn, take_step
+from gates.compaction import compaction_prompt, summary_message
 from gates.contract import (
     AnswerStep,
     GuiStep,
@@ -72,17 +103,11 @@ from llm.client import (
     Message,
     ToolCall,
     assistant_message,
-    function_tool,
-    object_parameters,
 )
 from worldstore.errors import ConfigError
 
-SHELL = "shell"
-ANSWER = "answer"
-LIST_TOOLS, CALL_TOOL = "list_tools", "call_tool"
 Mode = Literal["tools", "meta"]
 MAX_INVALID_STEPS = 3
-OBSERVATION_LIMIT = 8000  # characters of one tool result the model is shown
 
 SYSTEM_PROMPT = """\
 You are an agent working on a user's personal computer. The user is logged in to every \
@@ -113,34 +138,49 @@ NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; wh
                  "is done, call `answer` with your final answer.")
 
 
-SHELL_TOOL = function_tool(SHELL, "Run a bash command in the workspace folder (sandboxed, no "
-                                  "network). Returns stdout, stderr and a non-zero exit code.",
-                           object_parameters({"command": {"type": "string",
-                                                          "description": "The bash command."}}))
-ANSWER_TOOL = function_tool(ANSWER, "Give the final answer and end the task.",
-                            object_parameters({"text": {"type": "string",
-                                                        "description": "Your final answer."}}))
-LIST_TOOLS_TOOL = function_tool(
-    LIST_TOOLS, "List every tool of this environment: name, description and input schema. "
-                "Call it once, first.", {"type": "object", "properties": {}})
-CALL_TOOL_TOOL = function_tool(
-    CALL_TOOL, "Call one tool of this environment by name with JSON arguments.",
-    object_parameters({
-        "tool_name": {"type": "string", "description": "A name returned by list_tools"},
-        "arguments": {"type": ["object", "string"],
-                      "description": "The tool's arguments: a JSON object (or its JSON text)"}}))
+# The agent tools as offered (envs.observation defines them: the gateway serves the same).
+SHELL_TOOL = mcp_tool(SHELL_TOOL_INFO)
+ANSWER_TOOL = mcp_tool(ANSWER_TOOL_INFO)
+LIST_TOOLS_TOOL = mcp_tool(LIST_TOOLS_INFO)
+CALL_TOOL_TOOL = mcp_tool(CALL_TOOL_INFO)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the model samples each step. `top_p` and `top_k` are sent only when set (a
+    request without them is the one recorded before they existed); `top_k` is no OpenAI
+    parameter: litellm maps it for providers that have one and passes it on in the
+    request body to OpenAI-compatible servers (vLLM, SGLang)."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+
+    def check(self) -> None:
+        if self.temperature < 0 or (self.top_p is not None and not 0 < self.top_p <= 1) \
+                or (self.top_k is not None and self.top_k < 1):
+            raise ConfigError(f"sampling {self}: temperature must be at least 0, top_p in "
+                              "(0, 1], top_k at least 1")
 
 
 class LLMAgent:
-    """Implements ``gates.agents.Agent`` with a model behind an ``LLMClient``."""
+    """Implements ``gates.agents.Agent`` with a model behind an ``LLMClient``.
 
-    def __init__(self, client: LLMClient, *, window: int = 10, max_steps: int = 20,
+    `window`: the most recent steps the model sees (None: all of them); `compact_at`: the
+    context, in tokens, past which the history is summarised (``gates.compaction``; 0:
+    never)."""
+
+    def __init__(self, client: LLMClient, *, window: int | None = 10, max_steps: int = 20,
                  name: str | None = None, system_prompt: str = SYSTEM_PROMPT,
-                 max_tokens: int = 2048, mode: Mode = "tools") -> None:
-        if window < 1:
-            raise ConfigError(f"LLMAgent window must be at least 1, not {window}")
+                 max_tokens: int = 2048, mode: Mode = "tools",
+                 sampling: Sampling = Sampling(), compact_at: int = 0) -> None:
+        if window is not None and window < 1:
+            raise ConfigError(f"LLMAgent window must be at least 1 (None: all), not {window}")
         if max_steps < 1:
             raise ConfigError(f"LLMAgent max_steps must be at least 1, not {max_steps}")
+        if compact_at < 0:
+            raise ConfigError(f"LLMAgent compact_at must be at least 0, not {compact_at}")
+        sampling.check()
         self.client = client
         self.window = window
         self.max_steps = max_steps
@@ -151,6 +191,16 @@ class LLMAgent:
         self.system_prompt = META_SYSTEM_PROMPT if mode == "meta" and \
             system_prompt == SYSTEM_PROMPT else system_prompt
         self.max_tokens = max_tokens
+        self.sampling = sampling
+        self.compact_at = compact_at
+
+    def complete(self, messages: Sequence[Message],
+                 tools: Sequence[dict[str, Any]] | None = None) -> Completion:
+        """One model call with the agent's sampling and output limit."""
+        sampling = self.sampling
+        return self.client.complete(messages, tools=tools, temperature=sampling.temperature,
+                                    top_p=sampling.top_p, top_k=sampling.top_k,
+                                    max_tokens=self.max_tokens)
 
     def run(self, instance: Instance, task: Task, *, hinted: bool) -> Trajectory:
         rollout = _Rollout(self, instance, task.instruction(hinted=hinted),
@@ -176,18 +226,14 @@ class _Rollout:
     shots: list[tuple[str, bytes] | None] = field(default_factory=list)
     invalid_in_a_row: int = 0
     last_problem: str = ""
+    summary: str | None = None  # the last compaction's summary, standing for older steps
+    compactions: int = 0
 
     def run(self) -> Trajectory:
-        infos = self.instance.list_tools()
-        tools = tool_schemas(infos, gui=self.gui)
+        tools = tool_schemas(self.instance.list_tools(), gui=self.gui, mode=self.agent.mode)
         known = {t["function"]["name"] for t in tools}
-        if self.agent.mode == "meta":
-            tools, known = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL], {
-                LIST_TOOLS, CALL_TOOL, ANSWER}
         for _ in range(self.agent.max_steps):
-            completion = self.agent.client.complete(
-                self._context(), tools=tools, temperature=0.0,
-                max_tokens=self.agent.max_tokens)
+            completion = self.agent.complete(self._context(), tools)
             self._count(completion)
             if self._step(completion, known):
                 return self.trajectory
@@ -197,8 +243,24 @@ class _Rollout:
                     f"last: {self.last_problem}")
                 self.trajectory.stopped = "format_error"
                 return self.trajectory
+            # The provider's count of the context just sent, plus the step it produced:
+            # the next request's context less the results, which are not counted yet.
+            if self.agent.compact_at and \
+                    completion.tokens_in + completion.tokens_out > self.agent.compact_at:
+                self._compact()
         self.trajectory.stopped = "step_limit"
         return self.trajectory
+
+    def _compact(self) -> None:
+        """Summarise the context so far (a separate call, without tools) and go on from the
+        system prompt, the task and that summary, as the RL loop's compaction does."""
+        completion = self.agent.complete(compaction_prompt(self._context(images=False)[1:]))
+        self._count(completion)
+        # litellm moves <thinking> out of the text: a summary written inside it is kept
+        self.summary = completion.text.strip() or completion.reasoning.strip()
+        self.steps.clear()
+        self.shots.clear()
+        self.compactions += 1
 
     def _count(self, completion: Completion) -> None:
         """Add a call's usage to the trajectory's (cost stays None while no call has one)."""
@@ -208,14 +270,23 @@ class _Rollout:
         if completion.cost is not None:
             trajectory.cost = (trajectory.cost or 0.0) + completion.cost
 
-    def _context(self) -> list[Message]:
-        first = max(0, len(self.steps) - self.agent.window)
-        recent = range(first, len(self.steps))
-        latest = max((i for i in recent if self.shots[i] is not None), default=None)
+    def _context(self, *, images: bool = True) -> list[Message]:
+        """System prompt, task, the last compaction's summary, and the steps in the window;
+        in meta mode the ``list_tools`` exchange stays when the window has moved past it
+        (AWM's history). Only the latest screenshot is an image (none without `images`)."""
+        window = self.agent.window
+        first = max(0, len(self.steps) - window) if window is not None else 0
+        pinned = [0] if first > 0 and self.agent.mode == "meta" and \
+            _lists_tools(self.steps[0][0]) else []
+        shown_steps = [*pinned, *range(first, len(self.steps))]
+        latest = max((i for i in shown_steps if self.shots[i] is not None), default=None) \
+            if images else None
         messages: list[Message] = [
             {"role": "system", "content": self.agent.prompt(gui=self.gui)},
             {"role": "user", "content": self.instruction}]
-        for i in recent:
+        if self.summary is not None:
+            messages.append(summary_message(self.summary))
+        for i in shown_steps:
             messages.extend(self.steps[i])
             shot = self.shots[i]
             if shot is not None:  # the latest screenshot as an image, older ones in words
@@ -245,10 +316,10 @@ class _Rollout:
                 self.trajectory.answer = turn.step.text
                 self.trajectory.stopped = "answer"
                 return True
-            # The catalogue is shown whole: a cut one would hide tools from the model.
-            whole = self.agent.mode == "meta" and turn.step == ToolStep(tool=LIST_TOOLS)
-            content = turn.observation if whole else shown(turn.observation, turn.is_error)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+            whole = self.agent.mode == "meta" and isinstance(turn.step, ToolStep) and \
+                turn.step.tool == LIST_TOOLS and not turn.is_error
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": shown(turn.observation, turn.is_error, whole=whole)})
         self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
         return False
 
@@ -261,7 +332,7 @@ class _Rollout:
         if isinstance(step_or_problem, str):
             self.last_problem = step_or_problem
             refused = TurnRecord(index=index, step=ToolStep(tool=call.name),
-                                 observation=f"Not executed: {step_or_problem}",
+                                 observation=not_executed(step_or_problem),
                                  is_error=True, reasoning=reasoning)
             return refused, False, None
         if isinstance(step_or_problem, ToolStep) and self.agent.mode == "meta":
@@ -274,14 +345,13 @@ class _Rollout:
     def _meta(self, index: int, step: ToolStep, reasoning: str) -> tuple[TurnRecord, bool]:
         """A meta-tool turn: the catalogue, or the named tool's call on the instance."""
         if step.tool == LIST_TOOLS:
-            listed = [{"name": t.name, "description": t.description,
-                       "input_schema": t.input_schema} for t in self.instance.list_tools()]
-            return TurnRecord(index=index, step=step, observation=json.dumps(listed),
+            return TurnRecord(index=index, step=step,
+                              observation=catalogue(self.instance.list_tools()),
                               reasoning=reasoning), True
         called = meta_call(step.arguments)
         if isinstance(called, str):
             self.last_problem = called
-            return TurnRecord(index=index, step=step, observation=f"Not executed: {called}",
+            return TurnRecord(index=index, step=step, observation=not_executed(called),
                               is_error=True, reasoning=reasoning), False
         name, arguments = called
         result = self.instance.call_tool(name, arguments)
@@ -297,7 +367,7 @@ def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step |
     tools'; offered only with them): its arguments must be a JSON object, and the
     instance checks the rest (an error result, never an exception)."""
     if name not in known:
-        return f"there is no tool {name!r}. Valid tools: {', '.join(sorted(known))}"
+        return unknown_tool(name, known)
     try:
         arguments = json.loads(arguments_text) if arguments_text.strip() else {}
     except json.JSONDecodeError as exc:
@@ -315,35 +385,10 @@ def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step |
     return ToolStep(tool=name, arguments=arguments)
 
 
-def meta_call(arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | str:
-    """(tool name, arguments) of AWM's ``call_tool`` meta-call (its ``arguments`` a JSON
-    object or that object's text), or why it cannot be executed."""
-    name, raw = arguments.get("tool_name"), arguments.get("arguments", {})
-    if not isinstance(name, str):
-        return f"call_tool needs a 'tool_name' string, got {name!r}"
-    try:
-        decoded = json.loads(raw or "{}") if isinstance(raw, str) else raw
-    except json.JSONDecodeError as exc:
-        return f"arguments are not valid JSON: {exc}"
-    if not isinstance(decoded, dict):
-        return "arguments must be a JSON object"
-    return name, decoded
-
-
 def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step],
                  tool: str) -> Step | str:
-    value = arguments.get(key)
-    extra = sorted(set(arguments) - {key})
-    if not isinstance(value, str) or extra:
-        return (f"{tool!r} takes exactly one argument {key!r} (a string); got "
-                f"{json.dumps(arguments)[:200]}")
-    return make(value)
-
-
-def mcp_tool(info: ToolInfo) -> dict[str, Any]:
-    """An instance's tool as the model is offered it (OpenAI function format)."""
-    return function_tool(info.name, info.description,
-                         info.input_schema or {"type": "object", "properties": {}})
+    problem = text_argument_problem(tool, key, arguments)
+    return make(arguments[key]) if problem is None else problem
 
 
 GUI_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(mcp_tool(t) for t in GUI_TOOLS)
@@ -352,14 +397,6 @@ GUI_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(mcp_tool(t) for t in GUI_TO
 def offers_gui(task: Task) -> bool:
     """Whether a task's agent is offered the GUI tools (it declares the gui interface)."""
     return "gui" in task.spec.interfaces
-
-
-def tool_schemas(infos: Sequence[ToolInfo], *, gui: bool) -> list[dict[str, Any]]:
-    """What tools mode offers (OpenAI function format), in this order: the instance's MCP
-    tools, the GUI tools when `gui`, ``shell`` and ``answer``. The RL loop and the SFT
-    data offer exactly these."""
-    return [*(mcp_tool(t) for t in infos), *(GUI_TOOL_SCHEMAS if gui else ()), SHELL_TOOL,
-            ANSWER_TOOL]
 
 
 def screenshot_caption(action: str, observation: str) -> str:
@@ -388,6 +425,12 @@ def screenshot_message(caption: str, png: bytes | None) -> Message:
                                         {"type": "image_url", "image_url": {"url": url}}]}
 
 
+def _lists_tools(message: Message) -> bool:
+    """Whether an assistant message is the ``list_tools`` call alone (AWM's first step)."""
+    calls = message.get("tool_calls") or []
+    return len(calls) == 1 and calls[0]["function"]["name"] == LIST_TOOLS
+
+
 def _reasoning(completion: Completion) -> str:
     """The step's text as the model wrote it. litellm moves ``<thinking>`` (and
     ``<think>``) blocks out of the text into its reasoning channel, as it does with a
@@ -400,16 +443,9 @@ def _reasoning(completion: Completion) -> str:
     return f"<thinking>{thought}</thinking>" + (f"\n{text}" if text else "")
 
 
-def shown(text: str, is_error: bool, limit: int = OBSERVATION_LIMIT) -> str:
-    """A tool result as the model sees it: flagged when an error, cut when long."""
-    if len(text) > limit:
-        text = text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
-    return f"[error] {text}" if is_error else (text or "(no output)")
-
-
 __all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "GUI_SYSTEM_PROMPT",
            "GUI_TOOL_SCHEMAS", "LIST_TOOLS", "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS",
-           "META_SYSTEM_PROMPT", "SHELL", "SHELL_TOOL", "SYSTEM_PROMPT", "LLMAgent",
-           "gui_turn", "mcp_tool", "meta_call", "offers_gui", "parse_call",
-           "screenshot_caption", "screenshot_message", "screenshot_note", "shown",
+           "META_SYSTEM_PROMPT", "OBSERVATION_LIMIT", "SHELL", "SHELL_TOOL", "SYSTEM_PROMPT",
+           "LLMAgent", "Sampling", "gui_turn", "mcp_tool", "meta_call", "offers_gui",
+           "parse_call", "screenshot_caption", "screenshot_message", "screenshot_note", "shown",
            "tool_schemas"]

@@ -4,7 +4,8 @@ Every call goes through litellm (``completion`` / ``acompletion``), so any provi
 knows, or any OpenAI-compatible server (``model="openai/<name>"`` plus ``api_base``),
 serves it. Calls can be recorded and replayed by content:
 
-    request  = model, messages, tools, response_format, temperature, max_tokens
+    request  = model, messages, tools, response_format, temperature, max_tokens (and
+               top_p, top_k when set)
     key      = SHA-256 of the request's canonical JSON (sorted keys)
     file     = <recordings>/<key>.json   {"request": ..., "response": ...}
 
@@ -182,9 +183,10 @@ class LLMClient:
                  tools: Sequence[dict[str, Any]] | None = None,
                  response_format: dict[str, Any] | None = None,
                  temperature: float = 0.0,
-                 max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, top_p: float | None = None,
+                 top_k: int | None = None) -> Completion:
         key, request = self._request(messages, tools, response_format, temperature,
-                                     max_tokens)
+                                     max_tokens, top_p=top_p, top_k=top_k)
         if self._answers_from_recording(key):
             return self._replay(key, request)
         self._before_call()
@@ -199,9 +201,10 @@ class LLMClient:
                         tools: Sequence[dict[str, Any]] | None = None,
                         response_format: dict[str, Any] | None = None,
                         temperature: float = 0.0,
-                        max_tokens: int = DEFAULT_MAX_TOKENS) -> Completion:
+                        max_tokens: int = DEFAULT_MAX_TOKENS, top_p: float | None = None,
+                        top_k: int | None = None) -> Completion:
         key, request = self._request(messages, tools, response_format, temperature,
-                                     max_tokens)
+                                     max_tokens, top_p=top_p, top_k=top_k)
         if self._answers_from_recording(key):
             return self._replay(key, request)
         self._before_call()
@@ -248,10 +251,11 @@ class LLMClient:
     def _request(self, messages: Sequence[Message],
                  tools: Sequence[dict[str, Any]] | None,
                  response_format: dict[str, Any] | None, temperature: float,
-                 max_tokens: int) -> tuple[str, dict[str, Any]]:
+                 max_tokens: int, *, top_p: float | None = None, top_k: int | None = None
+                 ) -> tuple[str, dict[str, Any]]:
         """The canonical request of a call and its content hash (the recording's key)."""
         request = build_request(self._require_model(), messages, tools, response_format,
-                                temperature, max_tokens)
+                                temperature, max_tokens, top_p=top_p, top_k=top_k)
         return request_hash(request), request
 
     def _require_model(self) -> str:
@@ -375,12 +379,22 @@ def object_parameters(properties: dict[str, Any]) -> dict[str, Any]:
 def build_request(model: str, messages: Sequence[Message],
                   tools: Sequence[dict[str, Any]] | None,
                   response_format: dict[str, Any] | None, temperature: float,
-                  max_tokens: int) -> dict[str, Any]:
-    """The part of a call that decides the answer, and so the part that is hashed."""
-    return {"model": model, "messages": [dict(m) for m in messages],
-            "tools": [dict(t) for t in tools] if tools else None,
-            "response_format": response_format, "temperature": float(temperature),
-            "max_tokens": int(max_tokens)}
+                  max_tokens: int, *, top_p: float | None = None, top_k: int | None = None
+                  ) -> dict[str, Any]:
+    """The part of a call that decides the answer, and so the part that is hashed.
+    `top_p` and `top_k` are in it only when set, so a request without them keeps the key
+    it was recorded under before they existed. litellm sends `top_k` (no OpenAI
+    parameter) as the provider's own (Anthropic, Gemini) or in the body of an
+    OpenAI-compatible server's request (vLLM, SGLang)."""
+    request = {"model": model, "messages": [dict(m) for m in messages],
+               "tools": [dict(t) for t in tools] if tools else None,
+               "response_format": response_format, "temperature": float(temperature),
+               "max_tokens": int(max_tokens)}
+    if top_p is not None:
+        request["top_p"] = float(top_p)
+    if top_k is not None:
+        request["top_k"] = int(top_k)
+    return request
 
 
 def request_hash(request: dict[str, Any]) -> str:

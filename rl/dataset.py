@@ -13,6 +13,10 @@ A row is what the agent loop starts a rollout from::
     extra_info     rl.contract.RowInfo as plain data: pack, task_id, world, world_hash,
                    interfaces, mode, reward, split, index
 
+A mode must offer every interface a task declares (``MODE_INTERFACES``): meta mode has
+no shell and no GUI tools, so a split with a task that needs them is refused in meta mode
+(its rows could never be solved).
+
 Rows hold no absolute path, so a dataset written here is valid on any node that has the
 pack (``packs.registry.load_pack``) and a store with its worlds. The parquet file is
 written with fixed options and no statistics: the same pack gives the same bytes.
@@ -22,11 +26,13 @@ polars only (the ``data`` extra); no torch or verl.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 import msgspec
 
+from gates.contract import INTERFACES
 from gates.llm_agent import GUI_SYSTEM_PROMPT, META_SYSTEM_PROMPT, SYSTEM_PROMPT, offers_gui
 from gates.task import SPEC_FILE, Task, load_task
 from packs.registry import SPLITS, Pack
@@ -42,6 +48,13 @@ REWARD_STYLE = "rule"
 COLUMNS = ("data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info")
 MODES: tuple[str, ...] = get_args(Mode)
 REWARDS: tuple[str, ...] = get_args(RewardKind)
+# The task interfaces each mode's agent can act through: tools mode offers the MCP tools,
+# the shell and (to a task declaring it) the GUI; meta mode only AWM's meta-tools over
+# the MCP tools (gates.llm_agent, rl.world).
+MODE_INTERFACES: dict[str, frozenset[str]] = {
+    "tools": frozenset(INTERFACES), "meta": frozenset({"mcp"})}
+_OFFER_NAMES = {"mcp": "MCP tools", "shell": "shell", "gui": "GUI tools"}
+_MODE_NAMES = {"tools": "tools mode", "meta": "meta mode (AWM's list_tools/call_tool and answer)"}
 
 
 def system_prompt(mode: Mode, *, gui: bool = False) -> str:
@@ -87,6 +100,23 @@ def check_task_world(worlds: Worlds, pack: Pack, task: Task) -> None:
                       "another world")
 
 
+def check_mode_offers(pack: Pack, split: str, tasks: Sequence[Task], mode: Mode) -> None:
+    """Refuse tasks that need an interface `mode` does not offer (``MODE_INTERFACES``): no
+    rollout of theirs could solve them, so every such row would only teach failure."""
+    offered = MODE_INTERFACES[mode]
+    lacking = [t for t in tasks if not set(t.spec.interfaces) <= offered]
+    if not lacking:
+        return
+    missing = {i for t in lacking for i in t.spec.interfaces} - offered
+    what = " and no ".join(_OFFER_NAMES[i] for i in INTERFACES[::-1] if i in missing)
+    which = ", ".join(f"{t.task_id} ({', '.join(t.spec.interfaces)})" for t in lacking)
+    one = len(lacking) == 1
+    raise RLError(f"split {split!r} of pack {pack.name!r}: {_MODE_NAMES[mode]} offers no "
+                  f"{what}, which "
+                  f"{'task' if one else 'tasks'} {which} {'needs' if one else 'need'}: "
+                  f"unsolvable there; use --mode tools or a split of MCP-only tasks")
+
+
 def rl_rows(pack: Pack, split: str = "rl", *, mode: Mode = "tools",
             reward: RewardKind = "wildawm", worlds: Worlds | None = None
             ) -> list[dict[str, Any]]:
@@ -97,12 +127,7 @@ def rl_rows(pack: Pack, split: str = "rl", *, mode: Mode = "tools",
     if reward not in REWARDS:
         raise RLError(f"reward {reward!r} is not one of {', '.join(REWARDS)}")
     tasks = split_tasks(pack, split)
-    if mode == "meta":
-        gui = [t.task_id for t in tasks if "gui" in t.spec.interfaces]
-        if gui:
-            raise RLError(f"split {split!r} of pack {pack.name!r} has tasks that need the GUI "
-                          f"({', '.join(gui)}): meta mode (AWM's list_tools/call_tool) "
-                          "offers no GUI tools; use --mode tools or another split")
+    check_mode_offers(pack, split, tasks, mode)
     rows = []
     for index, task in enumerate(tasks):
         if worlds is not None:
@@ -153,6 +178,6 @@ def write_rl_dataset(pack: Pack, out: Path, split: str = "rl", *, mode: Mode = "
     return rows
 
 
-__all__ = ["ABILITY", "COLUMNS", "MODES", "REWARDS", "REWARD_STYLE", "check_task_world",
-           "prompt_messages", "rl_rows", "row_info", "split_tasks", "system_prompt",
-           "write_parquet", "write_rl_dataset"]
+__all__ = ["ABILITY", "COLUMNS", "MODES", "MODE_INTERFACES", "REWARDS", "REWARD_STYLE",
+           "check_mode_offers", "check_task_world", "prompt_messages", "rl_rows", "row_info",
+           "split_tasks", "system_prompt", "write_parquet", "write_rl_dataset"]

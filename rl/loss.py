@@ -24,6 +24,14 @@ A rollout may be cut into several rows (history-aware or segment samples: ``rl.s
 its rows then carry the uid ``<group>|<rollout>`` and count as one rollout, T_r summed
 over its rows. A plain uid is a rollout of its own.
 
+The advantage over the completed pool (WildAWM's adaptive rollouts): a group that ran
+K > G rollouts trains on G of them, but mu and sigma are the K rewards'. The rows the
+trainer sees hold only the G, so the V1 worker that ran the pool (``rl.verl_manager``)
+computes each kept rollout's A_j over all K and writes it into the uid:
+``<group>|<rollout>|<A_j as float.hex()>`` (exact, no decimal rounding). A group whose
+rows carry their advantage uses it; a group without computes it from its rows' rewards
+(K = G).
+
 Format failures: the agent loop trains a format-failed rollout only on its offending
 step (its response mask is 1 there alone), so T_r counts those tokens only.
 """
@@ -47,11 +55,36 @@ ROLLOUT_SEPARATOR = "|"  # uid of a rollout cut into rows: "<group>|<rollout>"
 EPS_LOW, EPS_HIGH, ENTROPY_COEFF = 0.2, 0.28, 0.001
 
 
+def rollout_uid(group: str, rollout: str, advantage: float | None = None) -> str:
+    """The uid of a row of rollout ``rollout`` of ``group``, with the rollout's advantage
+    over its completed pool when that pool was larger than what the batch holds."""
+    if ROLLOUT_SEPARATOR in group or ROLLOUT_SEPARATOR in rollout or not rollout:
+        raise ValueError(f"group {group!r} and rollout {rollout!r} must be non-empty and "
+                         f"free of {ROLLOUT_SEPARATOR!r}")
+    uid = f"{group}{ROLLOUT_SEPARATOR}{rollout}"
+    return uid if advantage is None else f"{uid}{ROLLOUT_SEPARATOR}{float(advantage).hex()}"
+
+
 def split_uid(uid: str) -> tuple[str, str]:
-    """(group, rollout) of a row's uid: ``g|r`` for a row of rollout r, a plain ``g`` for
-    a rollout that is one row (its own rollout id then is the row's position)."""
-    group, sep, rollout = str(uid).partition(ROLLOUT_SEPARATOR)
-    return group, rollout if sep else ""
+    """(group, rollout) of a row's uid: ``g|r`` (or ``g|r|A``) for a row of rollout r, a
+    plain ``g`` for a rollout that is one row (its own rollout id then is the row's
+    position)."""
+    group, sep, rest = str(uid).partition(ROLLOUT_SEPARATOR)
+    return group, rest.partition(ROLLOUT_SEPARATOR)[0] if sep else ""
+
+
+def uid_advantage(uid: str) -> float | None:
+    """The pool advantage a row's uid carries (``g|r|A``), or None."""
+    parts = str(uid).split(ROLLOUT_SEPARATOR)
+    if len(parts) < 3:
+        return None
+    if len(parts) > 3:
+        raise ValueError(f"uid {uid!r}: a row uid is group|rollout or group|rollout|advantage")
+    try:
+        return float.fromhex(parts[2])
+    except ValueError:
+        raise ValueError(f"uid {uid!r}: {parts[2]!r} is no advantage written by "
+                         "float.hex()") from None
 
 
 def normalisation_weights(uids: Sequence[str], trained_tokens: Sequence[int],
@@ -100,15 +133,34 @@ def rollout_rewards(uids: Sequence[str], scores: Sequence[float]
 
 
 def wildawm_row_advantages(uids: Sequence[str], scores: Sequence[float]) -> list[float]:
-    """Each row's (unweighted) advantage: its rollout's A_j within its group."""
+    """Each row's (unweighted) advantage: its rollout's A_j within its group, as its uid
+    carries it (computed over the completed pool) or from the group's rows."""
     groups = rollout_rewards(uids, scores)
+    given = _given_advantages(uids)
     by_rollout: dict[tuple[str, str], float] = {}
-    for group in groups.values():
-        keys = list(group)  # insertion order: the batch's row order, never a set's
-        for key, advantage in zip(keys, group_advantages([group[k] for k in keys]),
-                                  strict=True):
-            by_rollout[key] = advantage
+    for group, rewards in groups.items():
+        keys = list(rewards)  # insertion order: the batch's row order, never a set's
+        carried = [given[k] for k in keys if k in given]
+        if carried and len(carried) != len(keys):
+            raise ValueError(f"group {group!r} has rollouts with and without a pool "
+                             "advantage in their uid: a group's advantages come from one "
+                             "place")
+        values = carried or group_advantages([rewards[k] for k in keys])
+        by_rollout.update(zip(keys, values, strict=True))
     return [by_rollout[_rollout_key(i, uid)] for i, uid in enumerate(uids)]
+
+
+def _given_advantages(uids: Sequence[str]) -> dict[tuple[str, str], float]:
+    given: dict[tuple[str, str], float] = {}
+    for row, uid in enumerate(uids):
+        advantage = uid_advantage(uid)
+        if advantage is None:
+            continue
+        key = _rollout_key(row, uid)
+        if given.setdefault(key, advantage) != advantage:
+            raise ValueError(f"rows of rollout {key[1]!r} of group {key[0]!r} carry "
+                             f"advantages {given[key]} and {advantage}")
+    return given
 
 
 @register_adv_est(ADV_ESTIMATOR)  # type: ignore[untyped-decorator]
@@ -179,4 +231,5 @@ def _global_info(config: Any) -> dict[str, Any]:
 
 __all__ = ["ADV_ESTIMATOR", "ENTROPY_COEFF", "EPS_HIGH", "EPS_LOW", "POLICY_LOSS",
            "ROLLOUT_SEPARATOR", "compute_wildawm_advantage", "compute_wildawm_policy_loss",
-           "normalisation_weights", "rollout_rewards", "split_uid", "wildawm_row_advantages"]
+           "normalisation_weights", "rollout_rewards", "rollout_uid", "split_uid",
+           "uid_advantage", "wildawm_row_advantages"]

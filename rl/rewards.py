@@ -3,7 +3,8 @@
 Two recipes (methods.md sections 3 and 6), both on gates' own reward functions:
 
 - ``wildawm``: r = -1 on a format failure, else min(1, V + 0.1/N sum v_i) from the task's
-  verifier on the final world;
+  verifier on the final world (the paper's ablations: no format penalty, a format failure
+  scores 0; no partial credit, r = V);
 - ``awm``: AWM's six-condition format validator over the trajectory (conditions 1-5: -1,
   the rollout stopped there; condition 6, a call that got an error response: 0), else the
   code-augmented judge's outcome (Completed 1, Partially Completed 0.1, otherwise 0). With
@@ -46,11 +47,18 @@ class Scored:
     judge: str  # "" (WildAWM), "ran", "not_run" or "error"
 
 
-def wildawm_score(format_failure: bool, verdict: Verdict | None) -> Scored:
+def wildawm_score(format_failure: bool, verdict: Verdict | None, *,
+                  format_penalty: bool = True, partial_credit: bool = True) -> Scored:
+    """The WildAWM reward, or one of the paper's ablations of it: without the format
+    penalty a format failure scores 0 (not -1; it still stops the rollout and trains only
+    the offending step); without partial credit r = V (the checklist's 0.1/N share left
+    out)."""
     if format_failure:
-        return Scored(-1.0, True, False, "")
+        return Scored(-1.0 if format_penalty else 0.0, True, False, "")
     if verdict is None or verdict.is_error or not verdict.checks:
         return Scored(0.0, False, True, "")
+    if not partial_credit:
+        return Scored(1.0 if verdict.passed else 0.0, False, False, "")
     return Scored(wildawm_reward(False, verdict), False, False, "")
 
 

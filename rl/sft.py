@@ -1,9 +1,12 @@
 """The SFT warm start: successful stored trajectories as chat conversations.
 
-An episode in the store counts when its task is one of the pack's (of `split`, or of any
-split) and its verdict, computed now by the task's verifier on the world its effects lead
-to (``gates.rollout.verify_episode_of_task``), passes. Each becomes one conversation, the
-one ``gates.llm_agent`` would have had (tools mode)::
+An episode in the store counts when its task is one of the pack's (of `split`, the sft
+split by default, or of every task) and its verdict, computed now by the task's verifier on
+the world its effects lead to (``gates.rollout.verify_episode_of_task``), passes. An
+episode of an eval-split task is refused unless asked for (``allow_eval_split``): a model
+warm-started on the evaluation's own tasks would be measured on what it was shown (after an
+``eval run``, the store holds many such episodes). Each becomes one conversation, the one
+``gates.llm_agent`` would have had (tools mode)::
 
     system      SYSTEM_PROMPT
     user        the task's instruction (unhinted)
@@ -11,8 +14,9 @@ one ``gates.llm_agent`` would have had (tools mode)::
                 "function": {"name": ..., "arguments": "<JSON text>"}}; a tool call under
                 the tool's name, a shell command as ``shell`` {"command": ...}, a GUI
                 action as its ``gui_<action>`` tool with the action's arguments
-    tool        its result as the agent is shown it (an error flagged "[error] ", a long
-                result cut at gates.llm_agent.OBSERVATION_LIMIT)
+    tool        its result as the agent is shown it (``envs.observation``: a shell
+                command's text by ``shell_result``, then ``shown``: an error flagged
+                "[error] ", a long result cut at OBSERVATION_LIMIT)
     user        after a GUI action that took a screenshot: the note that stands in for
                 it (gates.llm_agent.screenshot_note; the data holds no images, as the RL
                 loop shows none)
@@ -26,7 +30,7 @@ Columns (verl's MultiTurnSFTDataset: ``data.messages_key`` "messages", ``data.to
 "tools"): ``messages`` (every message has role, content, tool_calls, tool_call_id; the
 last two null where they do not apply), ``tools`` (the tool schemas offered, as JSON
 text: the instance's MCP tools, the GUI tools for a task declaring ``gui``, then ``shell``
-and ``answer``: gates.llm_agent.tool_schemas), ``data_source``,
+and ``answer``: envs.observation.tool_schemas), ``data_source``,
 ``task_id`` and ``episode_id``.
 
 Why the tools are JSON text: parquet types every element of a list alike, so tool schemas
@@ -44,19 +48,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envs.episode import GuiCall, ShellCall, ToolCall
+from envs.episode import GuiCall, ToolCall
 from envs.episodes_store import list_episodes, load_episode
 from envs.gui import GUI_ACTIONS
 from envs.instance import Environment
-from gates.llm_agent import (
-    ANSWER,
-    OBSERVATION_LIMIT,
-    SHELL,
-    offers_gui,
-    screenshot_caption,
-    screenshot_note,
-    tool_schemas,
-)
+from envs.observation import ANSWER, SHELL, shell_result, shown, tool_schemas
+from gates.llm_agent import offers_gui, screenshot_caption, screenshot_note
 from gates.rollout import verify_episode_of_task
 from gates.task import Task, load_task
 from packs.registry import Pack
@@ -114,9 +111,10 @@ def episode_messages(task: Task, episode: Episode) -> list[dict[str, Any]]:
                 note = screenshot_note(screenshot_caption(call.action, call.text))
         else:
             name, arguments = SHELL, {"command": call.command}
-            observation, is_error = _shell_observation(call), call.exit_code != 0
+            shell = shell_result(call)
+            observation, is_error = shell.text, shell.is_error
         messages.append(_assistant_call(call_id, name, arguments))
-        messages.append(_message("tool", _shown(observation, is_error), tool_call_id=call_id))
+        messages.append(_message("tool", shown(observation, is_error), tool_call_id=call_id))
         if note is not None:
             messages.append(_message("user", note))
     if episode.answer is not None:
@@ -125,11 +123,12 @@ def episode_messages(task: Task, episode: Episode) -> list[dict[str, Any]]:
     return messages
 
 
-def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = None
-             ) -> list[dict[str, Any]]:
-    """One row per stored episode of the pack's tasks (those of `split`, or all of them)
-    whose verdict passes now; ordered by task (in pack or split order), then episode id.
-    RLError when a task's world is not in the store or no episode passes."""
+def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = "sft",
+             allow_eval_split: bool = False) -> list[dict[str, Any]]:
+    """One row per stored episode of the pack's tasks (those of `split`, or all of them
+    when None) whose verdict passes now; ordered by task (in pack or split order), then
+    episode id. RLError when a task's world is not in the store, when no episode passes,
+    or when one is of an eval-split task and not `allow_eval_split` (nothing is kept)."""
     tasks = (split_tasks(pack, split) if split is not None
              else [load_task(pack.task_dir(name)) for name in pack.tasks])
     env = Environment(worlds)
@@ -161,13 +160,16 @@ def sft_rows(worlds: Worlds, pack: Pack, *, split: str | None = None
         raise RLError(f"no stored episode of {which} of pack {pack.name!r} passes its "
                       "verifier; store successful rollouts first (worldctl rollout "
                       "TASK_DIR --agent scripted:reference)")
+    if not allow_eval_split:
+        _refuse_eval_split(pack, rows)
     return rows
 
 
-def write_sft_dataset(worlds: Worlds, pack: Pack, out: Path, *, split: str | None = None
-                      ) -> list[dict[str, Any]]:
-    """Write the rows of `sft_rows` to the parquet file `out`; returns them."""
-    rows = sft_rows(worlds, pack, split=split)
+def write_sft_dataset(worlds: Worlds, pack: Pack, out: Path, *, split: str | None = "sft",
+                      allow_eval_split: bool = False) -> list[dict[str, Any]]:
+    """Write the rows of `sft_rows` to the parquet file `out`; returns them (nothing is
+    written when they are refused)."""
+    rows = sft_rows(worlds, pack, split=split, allow_eval_split=allow_eval_split)
     write_parquet(rows, out, schema=_schema())
     return rows
 
@@ -211,6 +213,22 @@ def __getattr__(name: str) -> Any:
 # --- internals ----------------------------------------------------------------------------
 
 
+def _refuse_eval_split(pack: Pack, rows: list[dict[str, Any]]) -> None:
+    """RLError naming the first row of an eval-split task (and how many more there are):
+    the warm start would train on the tasks the model is then evaluated on."""
+    held_out = set(pack.splits.get("eval", ()))
+    leaked = [r for r in rows if r["task_id"] in held_out]
+    if not leaked:
+        return
+    first = leaked[0]
+    more = (f" (and {len(leaked) - 1} more episode{'s' if len(leaked) > 2 else ''} of "
+            "eval-split tasks)" if len(leaked) > 1 else "")
+    raise RLError(f"episode {first['episode_id']} of task {first['task_id']!r} is of the "
+                  f"eval split of pack {pack.name!r}{more}: training on it leaks the "
+                  "evaluation; use --split sft (or rl), or pass --allow-eval-split to train "
+                  "on it anyway")
+
+
 def _message(role: str, content: str, *, tool_calls: list[dict[str, Any]] | None = None,
              tool_call_id: str | None = None) -> dict[str, Any]:
     return {"role": role, "content": content, "tool_calls": tool_calls,
@@ -221,22 +239,6 @@ def _assistant_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[
     return _message("assistant", "", tool_calls=[{
         "id": call_id, "type": "function",
         "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}])
-
-
-def _shell_observation(call: ShellCall) -> str:
-    """What gates.agents.take_step shows for a shell command."""
-    observation = call.stdout + (f"\n[stderr]\n{call.stderr}" if call.stderr else "")
-    if call.exit_code != 0:
-        observation += f"\n[exit {call.exit_code}]"
-    return observation
-
-
-def _shown(text: str, is_error: bool) -> str:
-    """A tool result as gates.llm_agent shows it: cut when long, flagged when an error."""
-    if len(text) > OBSERVATION_LIMIT:
-        text = (text[:OBSERVATION_LIMIT]
-                + f"\n[... {len(text) - OBSERVATION_LIMIT} more characters cut]")
-    return f"[error] {text}" if is_error else (text or "(no output)")
 
 
 def _schema() -> Any:

@@ -33,11 +33,10 @@ the contexts the model saw):
 - ``compaction`` (WildAWM): when the context passes ``compact_at`` tokens, a separate
   call summarises the work so far and the rollout goes on from system, task and summary.
 
-Samples (``samples``): ``rollout`` (one sequence; the classic verl trainer's shape: needs a
-single context), ``segments`` (WildAWM: one per run of steps sharing a context) or
-``history`` (AWM: one per step, loss on its own turn). Several samples need verl's
-TransferQueue trainer (``trainer.use_v1=True``), which takes a list of outputs per
-trajectory.
+Samples (``samples``): ``rollout`` (one sequence: needs a single context), ``segments``
+(WildAWM: one per run of steps sharing a context) or ``history`` (AWM: one per step, loss
+on its own turn). A rollout cut into several samples returns them as a list, which verl's
+V1 (TransferQueue) worker puts as one entry each (``rl.verl_manager``).
 
 Infrastructure errors (the instance cannot open, the verifier crashes, the model server
 fails) retry the whole rollout on a fresh instance up to ``retries`` times; after that the
@@ -48,7 +47,6 @@ past ``rollout_timeout`` stops and is still graded on its final world.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -65,24 +63,21 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
+from envs.observation import LIST_TOOLS, shown
+from gates.compaction import COMPACT_PROMPT as COMPACT_PROMPT  # tests read it from here
+from gates.compaction import compaction_prompt, summary_message
 from gates.contract import AnswerStep
-from gates.llm_agent import LIST_TOOLS, parse_call, shown
+from gates.llm_agent import parse_call
 from rl.contract import AGENT_NAME, HistoryKind, ModelStep, RowInfo, Sample
 from rl.errors import RLError, RolloutLost
 from rl.rewards import awm_format, awm_score, extra_info, lost_info, wildawm_score
 from rl.samples import history_samples, segment_samples
-from rl.world import Graded, WorldRuntime, WorldSession, runtime
+from rl.world import Graded, Observation, WorldRuntime, WorldSession, runtime
 from worldstore.errors import WorldError
 
 log = logging.getLogger("agentworlds.rl")
 SampleKind = Literal["rollout", "segments", "history"]
 SETTINGS_KEY = "agent_worlds"  # our section of verl's config: +agent_worlds.store=...
-COMPACT_PROMPT = """\
-You are summarising an agent's work so far, so that it can continue with a shorter \
-context. Write what the task is, what has been done (with every id, name, number and file \
-path found or changed), what is left to do, and anything learned that matters. Be \
-complete and concise; do not call tools."""
-SUMMARY_PREFIX = "Summary of the work so far (the earlier context was compacted):\n"
 
 
 @dataclass(frozen=True)
@@ -111,6 +106,12 @@ class LoopSettings:
     block: int = 8
     kappa_max: int = 3
     prefetch: int = 0
+    # WildAWM's adaptive rollout counts in the V1 manager (rl.verl_manager); off: a fixed G
+    adaptive: bool = False
+    # the papers' reward ablations: no format penalty (a format failure scores 0, not -1),
+    # no partial credit (r = V)
+    format_penalty: bool = True
+    partial_credit: bool = True
 
     @classmethod
     def read(cls, *sources: Any) -> LoopSettings:
@@ -342,7 +343,7 @@ class WorldAgentLoop(AgentLoopBase):
                 if session.answered:
                     return messages, True
             messages.append({"role": "tool", "tool_call_id": call_id,
-                             "content": self._shown(observation.text, observation.is_error)})
+                             "content": self._shown(observation)})
             screenshot = observation.screenshot or screenshot
         if screenshot is not None:
             # Text only: verl's multi-modal path is not used (module docstring), so where
@@ -386,15 +387,12 @@ class WorldAgentLoop(AgentLoopBase):
         if settings.compact_at and len(runtime_ids) > settings.compact_at:
             summary = await self._compact(base, history, trace)
             history.clear()
-            return [*base, {"role": "user", "content": SUMMARY_PREFIX + summary}]
+            return [*base, summary_message(summary)]
         return None
 
     async def _compact(self, base: list[dict[str, Any]], history: list[list[dict[str, Any]]],
                        trace: _Trace) -> str:
-        transcript = json.dumps([*base[1:], *(m for step in history for m in step)],
-                                ensure_ascii=False, indent=1)
-        prompt = [{"role": "system", "content": COMPACT_PROMPT},
-                  {"role": "user", "content": transcript}]
+        prompt = compaction_prompt([*base[1:], *(m for step in history for m in step)])
         prompt_ids = await self.ct_build_initial_tokens(prompt)
         try:
             output = await self.server_manager.generate(
@@ -418,7 +416,9 @@ class WorldAgentLoop(AgentLoopBase):
             judgement = await asyncio.to_thread(_judge, session, graded)
             scored = awm_score(session.trajectory, _listing(session), graded.verdict, judgement)
         else:
-            scored = wildawm_score(trace.format_failure, graded.verdict)
+            scored = wildawm_score(trace.format_failure, graded.verdict,
+                                   format_penalty=self.settings.format_penalty,
+                                   partial_credit=self.settings.partial_credit)
         details = extra_info(info.reward, scored, graded.verdict,
                              interfaces=graded.interfaces, steps=len(trace.steps),
                              termination=_termination(trace), episode_id=graded.episode_id,
@@ -481,8 +481,9 @@ class WorldAgentLoop(AgentLoopBase):
             params["stop_token_ids"] = sorted(set(params.get("stop_token_ids") or []) | set(stops))
         return params
 
-    def _shown(self, text: str, is_error: bool) -> str:
-        return shown(text, is_error, self.settings.observation_limit)
+    def _shown(self, observation: Observation) -> str:
+        return shown(observation.text, observation.is_error, self.settings.observation_limit,
+                     whole=observation.whole)
 
 
 _SETTING_NAMES = frozenset(f.name for f in fields(LoopSettings)) | {"name"}

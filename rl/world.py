@@ -37,6 +37,17 @@ import msgspec
 
 from envs.episodes_store import save_episode
 from envs.instance import Environment, Instance
+from envs.observation import (
+    ANSWER,
+    CALL_TOOL,
+    LIST_TOOLS,
+    SHELL,
+    catalogue,
+    meta_call,
+    not_executed,
+    timed_out,
+    tool_schemas,
+)
 from gates.agents import take_step
 from gates.contract import (
     AnswerStep,
@@ -48,20 +59,7 @@ from gates.contract import (
     TurnRecord,
     Verdict,
 )
-from gates.llm_agent import (
-    ANSWER,
-    ANSWER_TOOL,
-    CALL_TOOL,
-    CALL_TOOL_TOOL,
-    LIST_TOOLS,
-    LIST_TOOLS_TOOL,
-    SHELL,
-    meta_call,
-    offers_gui,
-    screenshot_caption,
-    screenshot_note,
-    tool_schemas,
-)
+from gates.llm_agent import offers_gui, screenshot_caption, screenshot_note
 from gates.rollout import grade, interfaces_used, open_task_instance
 from gates.task import Task, load_task
 from packs.registry import load_pack
@@ -84,6 +82,7 @@ class Observation:
     text: str
     is_error: bool
     screenshot: str | None = None
+    whole: bool = False  # the catalogue: shown uncut (envs.observation.shown)
 
 
 @dataclass
@@ -132,10 +131,7 @@ class WorldRuntime:
         key = (instance.record.world_hash, mode, gui)
         found = self._schemas.get(key)
         if found is None:
-            if mode == "meta":
-                schemas = [LIST_TOOLS_TOOL, CALL_TOOL_TOOL, ANSWER_TOOL]
-            else:
-                schemas = tool_schemas(instance.list_tools(), gui=gui)
+            schemas = tool_schemas(instance.list_tools(), gui=gui, mode=mode)
             names = frozenset(s["function"]["name"] for s in schemas)
             found = self._schemas[key] = (schemas, names)
         return found
@@ -284,7 +280,7 @@ class WorldSession:
 
     def refuse(self, tool: str, problem: str, reasoning: str) -> Observation:
         """Record a call that could not be executed (unknown tool, bad arguments)."""
-        text = f"Not executed: {problem}"
+        text = not_executed(problem)
         self.trajectory.turns.append(TurnRecord(
             index=len(self.trajectory.turns), step=ToolStep(tool=tool), observation=text,
             is_error=True, reasoning=reasoning))
@@ -292,21 +288,19 @@ class WorldSession:
 
     async def _meta(self, index: int, step: ToolStep, reasoning: str) -> Observation:
         if step.tool == LIST_TOOLS:
-            listed = [{"name": t.name, "description": t.description,
-                       "input_schema": t.input_schema} for t in self.instance.list_tools()]
-            text = msgspec.json.encode(listed).decode()
+            text = catalogue(self.instance.list_tools())
             self.trajectory.turns.append(TurnRecord(index=index, step=step, observation=text,
                                                     reasoning=reasoning))
-            return Observation(text, False)
+            return Observation(text, False, whole=True)
         parsed = meta_call(step.arguments)
         if isinstance(parsed, str):
+            text = not_executed(parsed)
             self.trajectory.turns.append(TurnRecord(
-                index=index, step=step, observation=f"Not executed: {parsed}",
-                is_error=True, reasoning=reasoning))
-            return Observation(f"Not executed: {parsed}", True)
+                index=index, step=step, observation=text, is_error=True, reasoning=reasoning))
+            return Observation(text, True)
         name, arguments = parsed
         called = await self._bounded(lambda: self.instance.call_tool(name, arguments),
-                                     describe=f"tool {name!r}",
+                                     describe="tool call",
                                      inline=self.instance.runs_inline(name))
         text, error = (called, True) if isinstance(called, str) else (called.text,
                                                                        called.is_error)
@@ -336,7 +330,7 @@ class WorldSession:
         except TimeoutError:
             self._pending = future
             self.timeouts += 1
-            return f"{describe} timed out after {self.timeout:g} s"
+            return timed_out(describe, self.timeout)
         finally:
             self.step_seconds.append(time.perf_counter() - began)
 
@@ -385,11 +379,12 @@ class Graded:
 
 
 def _describe(step: Step) -> str:
+    """What timed out, in the gateway's words (``envs.observation.timed_out``)."""
     if isinstance(step, ShellStep):
         return "shell command"
     if isinstance(step, GuiStep):
-        return f"GUI action 'gui_{step.action}'"
-    return f"tool {step.tool!r}" if isinstance(step, ToolStep) else "answer"
+        return "GUI action"
+    return "tool call" if isinstance(step, ToolStep) else "answer"
 
 
 __all__ = [

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,6 +103,54 @@ def test_a_trial_lost_to_the_infrastructure_is_counted_never_dropped(
     assert data["metrics"]["trials_lost"] == 2
     assert data["metrics"]["success_rate"] == 0.5
     assert data["metrics"]["pass^k"]["1"] == 0.5
+    # Lost trials measured nothing: once the verifier is repaired, the same run folder
+    # runs them again instead of reading them back.
+    shutil.copyfile(TASKS / EVAL_SPLIT[0] / "verifier" / "checklist.py",
+                    broken / "verifier" / "checklist.py")
+    again = run_json(store, tmp_path / "run", str(TASKS / EVAL_SPLIT[0]), str(broken),
+                     "--agent", "scripted:reference", "-k", "2")
+    assert again["metrics"]["trials_lost"] == 0 and again["metrics"]["success_rate"] == 1.0
+    assert [t["task_id"] for t in again["tasks"]] == ["broken", EVAL_SPLIT[0]]
+    assert again["tasks"][1]["trials"] == data["tasks"][1]["trials"]  # finished: kept
+
+
+def test_a_run_whose_every_trial_is_lost_to_one_error_fails(
+        store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LLM agent with no API key (litellm's real path refuses before any request):
+    every trial lost to the same error is one error line, exit 2, no results; the same
+    command once the key is given runs the lost trials again and passes."""
+    for key in ("WORLDCTL_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    out = tmp_path / "llm"
+    with Worlds.open(store) as worlds:
+        episodes = len(worlds.store.episodes())
+    with serving(load_script("agent_solves")) as server:
+        args = ["--store", store, "eval", "run", str(FIXTURES / "fjellrommet-title"),
+                "--agent", "llm:openai/scripted", "--api-base", server.url, "-k", "2",
+                "--out", str(out)]
+        line = refused(invoke(*args))
+        assert "all 2 trials were lost to the same error" in line
+        assert "Missing credentials" in line and f"--out {out}" in line
+        assert not server.requests and not (out / "results.json").exists()
+        with Worlds.open(store) as worlds:
+            assert len(worlds.store.episodes()) == episodes  # nothing stored
+        monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "sk-loopback")
+        data = run_json(store, out, *args[4:-2])
+    assert [t["success"] for t in data["tasks"][0]["trials"]] == [True, True]
+    assert data["metrics"]["trials_lost"] == 0 and len(server.requests) == 2 * 3
+
+
+def test_a_dead_model_endpoint_fails_the_run(store: str, tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    line = refused(invoke(
+        "--store", store, "eval", "run", str(FIXTURES / "fjellrommet-title"), "--agent",
+        "llm:openai/scripted", "--api-base", dead, "-k", "1", "--out", str(tmp_path / "run"),
+        env={"WORLDCTL_LLM_API_KEY": "sk-loopback", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}))
+    assert "its one trial was lost" in line and f"at {dead} failed" in line
+    assert not (tmp_path / "run" / "results.json").exists()
 
 
 def test_scripted_replays_of_a_task_without_a_solution_are_refused(

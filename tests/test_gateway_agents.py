@@ -311,6 +311,36 @@ def test_openenv_reset_step_state_reach_done_with_the_grade(rest: httpx2.Client,
     assert rest.get(f"{at}/state").json()["step_count"] == 0
 
 
+def test_the_episode_id_handed_out_is_the_stored_episodes(rest: httpx2.Client,
+                                                          worlds: Worlds) -> None:
+    """From create on, info, /episode and every OpenEnv answer name the episode by the id
+    it is stored under: a reset stores it under the id its steps reported, a DELETE the
+    next one under the id info gave before any call; every episode gets its own."""
+    made = create(rest, task=TASK_ID, agent="ids")
+    other = create(rest, task=TASK_ID, agent="ids")
+    at = f"/instances/{made['id']}/openenv"
+    assert made["episode_id"] != other["episode_id"]
+    first = rest.post(f"{at}/reset").json()["metadata"]
+    assert first["stored_episode_id"] is None  # nothing happened: nothing stored
+    step = rest.post(f"{at}/step", json={"action": {"shell": "ls"}}).json()["metadata"]
+    state = rest.get(f"{at}/state").json()
+    assert step["episode_id"] == state["episode_id"] == first["episode_id"]
+    reset = rest.post(f"{at}/reset").json()["metadata"]
+    assert reset["stored_episode_id"] == first["episode_id"] != reset["episode_id"]
+    stored = load_episode(worlds, first["episode_id"])
+    assert stored.episode_id == first["episode_id"] and stored.agent == "ids"
+    assert verify_episode(worlds, first["episode_id"])[0]  # the columns agree with it
+    announced = rest.get(f"/instances/{made['id']}").json()["episode_id"]
+    assert announced == reset["episode_id"]
+    rest.post(f"/instances/{made['id']}/shell", json={"command": "ls"})
+    live = rest.get(f"/instances/{made['id']}/episode").json()["episode_id"]
+    closed = rest.delete(f"/instances/{made['id']}").json()
+    assert closed["episode_id"] == announced == live
+    assert closed["stored_episodes"] == [first["episode_id"], announced]
+    assert len(load_episode(worlds, announced).calls) == 1
+    rest.delete(f"/instances/{other['id']}")
+
+
 def test_openenv_step_limit_ends_and_grades_the_episode(rest: httpx2.Client) -> None:
     made = create(rest, task=TASK_ID, max_steps=2)
     at = f"/instances/{made['id']}/openenv"

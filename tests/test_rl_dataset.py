@@ -5,6 +5,8 @@ cannot train, and a file verl's own RLHFDataset loads (with a tokenizer built he
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 from types import MappingProxyType
 
@@ -45,6 +47,37 @@ def worlds(tmp_path_factory: pytest.TempPathFactory, pack: Pack) -> Worlds:
     return found
 
 
+MCP_TASK = "shop-cart-count"
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory, pack: Pack, worlds: Worlds) -> Pack:
+    """The demo pack with an MCP-only task (what meta mode can solve) in its rl split and
+    beside a demo task that needs the shell in its eval split."""
+    tasks = tmp_path_factory.mktemp("mixed-tasks")
+    folder = tasks / MCP_TASK
+    (folder / "verifier").mkdir(parents=True)
+    (folder / "task.json").write_text(json.dumps({
+        "task_id": MCP_TASK, "instruction": "How many items are in my shop cart?",
+        "world": "lars@7", "world_hash": worlds.resolve("lars@7").world_hash,
+        "interfaces": ["mcp"], "difficulty": "unlabeled",
+        "subtasks": [{"description": "Read the cart with the shop's tools.",
+                      "interface": "mcp"}]}), encoding="utf-8")
+    (folder / "solution.json").write_text(json.dumps({"steps": [
+        {"kind": "tool", "tool": "shop_get_cart", "arguments": {}},
+        {"kind": "answer", "text": "none"}]}), encoding="utf-8")
+    (folder / "verifier" / "answer.py").write_text(
+        "import awsdk\n\nawsdk.result(answered=bool(awsdk.worlds().answer))\n",
+        encoding="utf-8")
+    (folder / "rubric.md").write_text("Completed when the count is given.\n", encoding="utf-8")
+    (folder / "hint.md").write_text("Use shop_get_cart.\n", encoding="utf-8")
+    shell_task = "mats-work-order"
+    shutil.copytree(pack.task_dir(shell_task), tasks / shell_task)
+    return dataclasses.replace(pack, tasks_dir=tasks, tasks=(MCP_TASK, shell_task),
+                               splits=MappingProxyType({"sft": (), "rl": (MCP_TASK,),
+                                                        "eval": (MCP_TASK, shell_task)}))
+
+
 def test_rows_have_verls_columns_and_the_row_info(pack: Pack, worlds: Worlds) -> None:
     rows = rl_rows(pack, "rl", worlds=worlds)
     assert [r["extra_info"]["task_id"] for r in rows] == list(pack.splits["rl"])
@@ -62,13 +95,15 @@ def test_rows_have_verls_columns_and_the_row_info(pack: Pack, worlds: Worlds) ->
 
 
 @pytest.mark.parametrize("mode", ["tools", "meta"])
-def test_the_prompt_is_what_the_llm_agent_shows(pack: Pack, mode: str) -> None:
-    # The eval split holds a GUI task, which meta mode (no GUI tools) refuses.
-    split = "eval" if mode == "tools" else "rl"
-    rows = rl_rows(pack, split, mode=mode, reward="awm")  # type: ignore[arg-type]
+def test_the_prompt_is_what_the_llm_agent_shows(pack: Pack, mixed: Pack, mode: str) -> None:
+    # The demo's eval split holds a GUI task; meta mode (no shell, no GUI tools) can only
+    # be offered an MCP-only task.
+    split, found = ("eval", pack) if mode == "tools" else ("rl", mixed)
+    rows = rl_rows(found, split, mode=mode, reward="awm")  # type: ignore[arg-type]
+    assert rows
     agent = LLMAgent(LLMClient(model="none"), mode=mode)  # type: ignore[arg-type]
     for row in rows:
-        task = load_task(pack.task_dir(row["extra_info"]["task_id"]))
+        task = load_task(found.task_dir(row["extra_info"]["task_id"]))
         gui = mode == "tools" and offers_gui(task)  # the agent's GUI prompt
         shown = _Rollout(agent, None, task.instruction(hinted=False), gui=gui)._context()  # type: ignore[arg-type]
         assert row["prompt"] == shown
@@ -77,6 +112,23 @@ def test_the_prompt_is_what_the_llm_agent_shows(pack: Pack, mode: str) -> None:
                                                else SYSTEM_PROMPT)
         assert row["extra_info"]["mode"] == mode and row["extra_info"]["reward"] == "awm"
         assert row["extra_info"]["split"] == split
+
+
+def test_a_mode_that_cannot_offer_a_tasks_interfaces_is_refused(
+        pack: Pack, mixed: Pack, tmp_path: Path) -> None:
+    """Meta mode offers AWM's list_tools/call_tool and answer only: a task that needs the
+    shell (or the GUI) could never be solved there, so its split is refused, naming the
+    task and its interfaces, and nothing is written. Tools mode offers them all."""
+    out = tmp_path / "meta.parquet"
+    with pytest.raises(RLError, match=r"split 'eval' of pack 'demo': meta mode .* offers no "
+                                      r"shell, which task mats-work-order \(mcp, shell\) "
+                                      r"needs: unsolvable there; use --mode tools"):
+        write_rl_dataset(mixed, out, "eval", mode="meta")
+    assert not out.exists()
+    with pytest.raises(RLError, match=r"offers no GUI tools and no shell, which tasks "
+                                      r".*sjoboden-bar-surge-protectors \(mcp, shell, gui\)"):
+        rl_rows(pack, "eval", mode="meta")
+    assert len(rl_rows(mixed, "eval", mode="tools")) == 2
 
 
 def test_the_same_pack_gives_the_same_bytes(pack: Pack, tmp_path: Path) -> None:

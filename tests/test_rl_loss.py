@@ -21,6 +21,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.utils.losses import ppo_loss
 
+from rl.advantages import group_advantages
 from rl.loss import (
     ADV_ESTIMATOR,
     POLICY_LOSS,
@@ -74,6 +75,36 @@ def test_a_rollout_cut_into_rows_counts_once() -> None:
         wildawm_row_advantages(["g", "g"], [1.0, 0.0])[:1] * 2 + [-1.0]
     with pytest.raises(ValueError, match="a rollout has one reward"):
         wildawm_row_advantages(["g|r0", "g|r0"], [1.0, 0.5])
+
+
+def test_the_papers_worked_example_takes_mu_and_sigma_over_the_completed_pool() -> None:
+    """methods.md section 6, G = 4: four zeros, then a block of 8; among the 12 one
+    reaches 1 and one 0.05 -> ready at K = 12. The 4 kept (both halves: two 0s, the 0.05
+    and the 1) are z-scored with the mean and population std of all 12, as their uids
+    carry it, and the hook gives them exactly that (times their weights)."""
+    from fractions import Fraction
+
+    from rl.advantages import pick_group
+    from rl.loss import rollout_uid
+
+    pool = [0.0] * 4 + [0.0, 0.0, 1.0, 0.0, 0.0, 0.05, 0.0, 0.0]
+    kept = pick_group(pool, 4)
+    assert sorted(pool[i] for i in kept) == [0.0, 0.0, 0.05, 1.0]
+    exact = [Fraction(r) for r in pool]
+    mu = sum(exact, Fraction(0)) / 12
+    sigma = math.sqrt(sum((r - mu) ** 2 for r in exact) / 12)
+    over_k = [float(Fraction(pool[i]) - mu) / sigma for i in kept]
+    uids = [rollout_uid("g", str(s), group_advantages(pool)[i]) for s, i in enumerate(kept)]
+    assert wildawm_row_advantages(uids, [pool[i] for i in kept]) == pytest.approx(over_k)
+    # over the 4 alone they would differ (mu 0.2625 instead of 0.0875)
+    assert group_advantages([pool[i] for i in kept]) != pytest.approx(over_k)
+    lengths = [3, 1, 2, 2]
+    rewards = rewards_at_end([pool[i] for i in kept], lengths, 3)
+    advantages, _ = compute_wildawm_advantage(rewards, mask_of(lengths, 3),
+                                              np.array(uids, dtype=object))
+    for row, (a, length) in enumerate(zip(over_k, lengths, strict=True)):
+        expected = torch.tensor([a / (length * 4 * 1)] * length + [0.0] * (3 - length))
+        assert torch.allclose(advantages[row], expected)
 
 
 def test_the_advantage_hook_on_hand_computed_tensors() -> None:

@@ -27,6 +27,7 @@ from rl.sft import SFT_DATASET_CLASS, decode_tools, sft_rows, write_sft_dataset
 
 SFT_TASK = "nordlys-deposit-invoice"  # the demo pack's sft split
 RL_TASK = "mats-work-order"
+EVAL_TASK = "nordlys-delivery-checklist"  # the demo pack's eval split
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +39,15 @@ def pack() -> Pack:
 def stored(tmp_path_factory: pytest.TempPathFactory, pack: Pack
            ) -> Iterator[tuple[Worlds, dict[str, Rollout]]]:
     """A store with the demo world and scripted rollouts: the reference (passes) and
-    answer-only (fails) on the sft task, the reference on an rl task."""
+    answer-only (fails) on the sft task, the reference on an rl task and on an eval task
+    (as an `eval run` leaves them)."""
     worlds = Worlds.open(str(tmp_path_factory.mktemp("rl-sft") / "store"), create=True)
     for log in pack.worlds:
         worlds.import_file(log)
     done: dict[str, Rollout] = {}
     with Environment(worlds) as env:
         for task_id, agent in [(SFT_TASK, "reference"), (SFT_TASK, "answer-only"),
-                               (RL_TASK, "reference")]:
+                               (RL_TASK, "reference"), (EVAL_TASK, "reference")]:
             task = load_task(pack.task_dir(task_id))
             done[f"{task_id}/{agent}"] = run_rollout(env, task, scripted(agent), hinted=False)
     assert done[f"{SFT_TASK}/reference"].succeeded
@@ -57,15 +59,33 @@ def stored(tmp_path_factory: pytest.TempPathFactory, pack: Pack
 def test_only_episodes_that_pass_now_are_kept(pack: Pack,
                                               stored: tuple[Worlds, dict[str, Rollout]]) -> None:
     worlds, done = stored
-    rows = sft_rows(worlds, pack)
-    assert [(r["task_id"], r["episode_id"]) for r in rows] == [
-        (RL_TASK, done[f"{RL_TASK}/reference"].episode_id),
-        (SFT_TASK, done[f"{SFT_TASK}/reference"].episode_id)]
-    (only,) = sft_rows(worlds, pack, split="sft")
+    (only,) = sft_rows(worlds, pack)  # the sft split by default
     assert only["episode_id"] == done[f"{SFT_TASK}/reference"].episode_id
     assert only["data_source"] == "agent_worlds/demo"
-    with pytest.raises(RLError, match="no stored episode of split 'eval'"):
-        sft_rows(worlds, pack, split="eval")
+    assert sft_rows(worlds, pack, split="sft") == [only]
+    (rl,) = sft_rows(worlds, pack, split="rl")
+    assert rl["episode_id"] == done[f"{RL_TASK}/reference"].episode_id
+    every = sft_rows(worlds, pack, split=None, allow_eval_split=True)
+    assert [(r["task_id"], r["episode_id"]) for r in every] == sorted(
+        [(t, done[f"{t}/reference"].episode_id) for t in (SFT_TASK, RL_TASK, EVAL_TASK)],
+        key=lambda pair: pack.tasks.index(pair[0]))
+
+
+def test_episodes_of_eval_split_tasks_are_refused_unless_asked(
+        pack: Pack, stored: tuple[Worlds, dict[str, Rollout]], tmp_path: Path) -> None:
+    """Every task or the eval split itself: the eval task's passing episode is named, and
+    nothing is written; asked for explicitly, it is kept."""
+    worlds, done = stored
+    episode_id = done[f"{EVAL_TASK}/reference"].episode_id
+    refusal = (rf"episode {episode_id} of task '{EVAL_TASK}' is of the eval split of pack "
+               r"'demo'.*--allow-eval-split")
+    out = tmp_path / "sft.parquet"
+    for split in (None, "eval"):
+        with pytest.raises(RLError, match=refusal):
+            write_sft_dataset(worlds, pack, out, split=split)
+        assert not out.exists()
+    (row,) = write_sft_dataset(worlds, pack, out, split="eval", allow_eval_split=True)
+    assert row["episode_id"] == episode_id and out.is_file()
 
 
 def test_the_conversation_is_the_agents(pack: Pack,

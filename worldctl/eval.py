@@ -37,10 +37,17 @@ def eval_group(ctx: click.Context, packs_dir: str | None) -> None:
 @click.option("-k", "k", default=4, show_default=True, type=click.IntRange(min=1),
               help="Trials per task.")
 @click.option("--hinted", is_flag=True, help="Show the agents the tasks' hints.")
-@click.option("--max-steps", default=20, show_default=True, type=click.IntRange(min=1),
-              help="Model steps per trial (LLM agents).")
-@click.option("--history", default=10, show_default=True, type=click.IntRange(min=1),
-              help="Recent steps the LLM agent sees (AWM's window).")
+@click.option("--protocol", "protocol_name", type=click.Choice(["awm", "wildawm"]), default=None,
+              help="Run the LLM agent as a paper evaluates: awm (meta-tool mode, temperature "
+                   "0.6, top-k 20, top-p 0.95, window 10, 20 steps) or wildawm (256 steps, "
+                   "no window, compaction at 92,160 of 102,400 tokens). --max-steps and "
+                   "--history, when given, win over its values.")
+@click.option("--max-steps", default=None, type=click.IntRange(min=1),
+              help="Model steps per trial (LLM agents) [default: 20, or the protocol's; "
+                   "wins over --protocol].")
+@click.option("--history", default=None, type=click.IntRange(min=0),
+              help="Recent steps the LLM agent sees (AWM's window; 0: all) [default: 10, "
+                   "or the protocol's; wins over --protocol].")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1),
               help="Trials at once.")
 @click.option("--api-base", default=None, help="The model server (e.g. a local vLLM).")
@@ -49,20 +56,23 @@ def eval_group(ctx: click.Context, packs_dir: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def eval_run(ctx: click.Context, sources: tuple[str, ...], agent: str, split: str, k: int,
-             hinted: bool, max_steps: int, history: int, concurrency: int,
-             api_base: str | None, out: Path | None, as_json: bool) -> None:
+             hinted: bool, protocol_name: str | None, max_steps: int | None,
+             history: int | None, concurrency: int, api_base: str | None, out: Path | None,
+             as_json: bool) -> None:
     """Run K trials of an agent on every task, each graded, and write the results.
 
     Trials are content-addressed: a killed run resumes where it stopped when run again
     with the same --out."""
     from envs.instance import Environment
     from eval.contract import encode_results
+    from eval.protocols import protocol
     from eval.runner import EvalConfig, run_eval, run_id_of
 
     tasks, used_split = _tasks(ctx, sources, split)
+    steps, window = protocol(protocol_name).limits(max_steps, history)
     config = EvalConfig(agent=agent, k=k, split=used_split, hinted=hinted,
-                        max_steps=max_steps, history=history, concurrency=concurrency,
-                        api_base=api_base)
+                        max_steps=steps, history=window, concurrency=concurrency,
+                        api_base=api_base, protocol=protocol_name)
     config.check()
     folder = out or Path("runs") / run_id_of(config, tasks)
     quiet = as_json or not sys.stderr.isatty()  # a bar only where someone watches it

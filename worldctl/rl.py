@@ -1,14 +1,13 @@
 """The training commands: ``rl dataset|sft|config`` (the library is ``rl``).
 
 ``rl dataset`` and ``rl sft`` write parquet files (polars: the ``data`` extra); ``rl
-config`` prints the command that starts verl's PPO trainer on a GPU node with them.
+config`` writes the run folder that trains on a GPU node with them (rl.config.write_run).
 Packs are found as ``pack`` finds them (``--packs``, env WORLDCTL_PACKS, default beside
 the store).
 """
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,22 +78,29 @@ def rl_dataset(ctx: click.Context, pack_name: str, split: str, mode: str, reward
 
 @rl.command("sft")
 @click.argument("pack_name", metavar="PACK")
-@click.option("--split", default=None, help="Only this split's tasks (default: every task).")
+@click.option("--split", default="sft", show_default=True,
+              help="The pack's split whose tasks' episodes are taken (sft, rl, eval), or "
+                   "'all' for every task of the pack.")
+@click.option("--allow-eval-split", "allow_eval_split", is_flag=True,
+              help="Take episodes of eval-split tasks too (refused by default: training on "
+                   "them leaks the evaluation).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The parquet file to write.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def rl_sft(ctx: click.Context, pack_name: str, split: str | None, out: Path,
+def rl_sft(ctx: click.Context, pack_name: str, split: str, allow_eval_split: bool, out: Path,
            as_json: bool) -> None:
     """Write the SFT warm start of PACK: its stored episodes that pass their verifier.
 
     Each becomes one conversation (system prompt, instruction, tool calls and results,
-    the answer) in verl's multi-turn SFT format.
+    the answer) in verl's multi-turn SFT format. An episode of an eval-split task is
+    refused unless --allow-eval-split.
     """
     from rl.sft import write_sft_dataset
 
     found = _pack(ctx, pack_name)
-    rows = write_sft_dataset(worlds(ctx), found, out, split=split)
+    rows = write_sft_dataset(worlds(ctx), found, out, split=None if split == "all" else split,
+                             allow_eval_split=allow_eval_split)
     summary: dict[str, Any] = {
         "out": str(out), "pack": found.name, "split": split, "rows": len(rows),
         "episodes": [{"task_id": r["task_id"], "episode_id": r["episode_id"],
@@ -102,8 +108,7 @@ def rl_sft(ctx: click.Context, pack_name: str, split: str | None, out: Path,
     if as_json:
         render.emit_json(summary)
         return
-    render.echo(f"{out}: {len(rows)} conversations, pack {found.name}"
-                + (f" split {split}" if split else ""))
+    render.echo(f"{out}: {len(rows)} conversations, pack {found.name} split {split}")
     for item in summary["episodes"]:
         render.echo(f"  {item['task_id']}  {item['episode_id']}  {item['messages']} messages")
 
@@ -111,35 +116,89 @@ def rl_sft(ctx: click.Context, pack_name: str, split: str | None, out: Path,
 @rl.command("config")
 @click.argument("pack_name", metavar="PACK")
 @click.option("--preset", type=click.Choice(["wildawm", "awm"]), default="wildawm",
-              show_default=True, help="The training recipe.")
+              show_default=True, help="The training recipe (the paper's settings).")
 @click.option("--model", default="Qwen/Qwen3-8B", show_default=True,
-              help="The policy: a Hugging Face model name or path.")
+              help="The policy: a model folder, or a Hugging Face id whose config.json is in "
+                   "the local Hugging Face cache (read to check the context; never downloaded).")
 @click.option("--gpus", "n_gpus", type=click.IntRange(min=1), default=8, show_default=True,
               help="GPUs on the node.")
+@click.option("--tp", "tensor_parallel", type=click.IntRange(min=1), default=None,
+              help="vLLM's tensor-parallel size, dividing --gpus (default: 2 where it "
+                   "divides them, else 1).")
 @click.option("--train", "train_file", default="train.parquet", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="The training dataset (rl dataset --split rl).")
+              help="The training dataset (rl dataset --split rl, the preset's mode and reward).")
 @click.option("--val", "val_file", default="val.parquet", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="The validation dataset (rl dataset --split eval).")
-@click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the launch command as an executable script instead of printing it.")
+@click.option("--sft", "sft_file", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="The SFT warm start's conversations (rl sft): sft.sh fine-tunes on them "
+                   "for the preset's epochs, then launch.sh trains RL from that model.")
+@click.option("--no-sft", "no_sft", is_flag=True,
+              help="Train without the preset's SFT warm start (WildAWM's ablation).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The run folder to write (new or empty).")
+@click.option("--save-every", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Steps between checkpoints (a rerun of launch.sh resumes from the last).")
+@click.option("--test-every", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Steps between validations on --val.")
+@click.option("--logger", "loggers", multiple=True, default=("console",), show_default=True,
+              type=click.Choice(["console", "file", "tensorboard", "wandb", "mlflow", "swanlab",
+                                 "clearml", "trackio", "vemlp_wandb", "rl_insight"]),
+              help="A verl tracker for the metrics (repeatable).")
+@click.option("--context", type=click.IntRange(min=1), default=None,
+              help="Tokens of one context (default: the preset's).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), default=None,
+              help="The prompt's share of the context (default: 16,384, or half of a "
+                   "smaller context).")
+@click.option("--no-rope-scaling", "no_rope_scaling", is_flag=True,
+              help="Refuse a context longer than the model's instead of adding YaRN.")
+@click.option("--no-format-penalty", "no_format_penalty", is_flag=True,
+              help="A format failure scores 0, not -1 (ablation).")
+@click.option("--no-partial-credit", "no_partial_credit", is_flag=True,
+              help="WildAWM's reward is V alone, without 0.1/N sum v_i (ablation).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def rl_config(ctx: click.Context, pack_name: str, preset: str, model: str, n_gpus: int,
-              train_file: Path, val_file: Path, out: Path | None) -> None:
-    """The command that trains on PACK with verl on one GPU node (Hydra overrides of
-    verl's ppo_trainer)."""
-    from rl.config import launch_command
+              tensor_parallel: int | None, train_file: Path, val_file: Path,
+              sft_file: Path | None, no_sft: bool, out: Path, save_every: int,
+              test_every: int, loggers: tuple[str, ...], context: int | None,
+              prompt_tokens: int | None, no_rope_scaling: bool, no_format_penalty: bool,
+              no_partial_credit: bool, as_json: bool) -> None:
+    """Write a run folder that trains on PACK with verl on one GPU node: launch.sh (verl's
+    V1 PPO trainer, checked against the model's config and verl's own), run.env (this
+    machine's settings), the datasets, and sft.sh for the warm start.
+
+    Nothing is written when a check fails.
+    """
+    from rl.config import write_run
 
     found = _pack(ctx, pack_name)
     # the loop finds the pack by name: an installed one (or one named by path) in its folder
-    command = launch_command(found, preset=preset, model=model, n_gpus=n_gpus,
-                             store=_store_location(ctx), train_files=train_file,
-                             val_files=val_file,
-                             packs_dir=None if found.shipped else found.root.parent)
-    if out is None:
-        render.echo(command.rstrip("\n"))
+    run = write_run(out, found, preset_name=preset, model=model, n_gpus=n_gpus,
+                    store=_store_location(ctx), train_file=train_file, val_file=val_file,
+                    sft_file=sft_file, no_sft=no_sft,
+                    packs_dir=None if found.shipped else found.root.parent.resolve(),
+                    context=context, prompt_tokens=prompt_tokens,
+                    tensor_parallel=tensor_parallel, save_every=save_every,
+                    test_every=test_every, loggers=loggers, rope_scaling=not no_rope_scaling,
+                    format_penalty=not no_format_penalty, partial_credit=not no_partial_credit)
+    yarn = run.yarn
+    summary: dict[str, Any] = {
+        "out": str(out), "pack": found.name, "preset": run.preset, "model": model,
+        "gpus": n_gpus, "warm_start": run.warm_start, "files": list(run.files),
+        "yarn": None if yarn is None else {"factor": yarn.factor, "original": yarn.original,
+                                           "context": yarn.max_position_embeddings},
+        "notes": list(run.notes)}
+    if as_json:
+        render.emit_json(summary)
         return
-    out.write_text("#!/usr/bin/env bash\nset -euo pipefail\n" + command, encoding="utf-8")
-    out.chmod(out.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    render.echo(f"{out}: the launch command ({preset}, {model}, {n_gpus} GPUs)")
+    render.echo(f"{out}: run folder for pack {found.name}, preset {run.preset}, {n_gpus} "
+                f"GPU(s), model {model}; edit its run.env for the node, then run "
+                f"{out / 'launch.sh'}"
+                + (" (the SFT warm start, sft.sh, runs first)" if run.warm_start else ""))
+    if yarn is not None:
+        render.echo(f"  YaRN: factor {yarn.factor:g} ({yarn.original:,} -> "
+                    f"{yarn.max_position_embeddings:,} tokens)")
+    for note in run.notes:
+        render.echo(f"  note: {note}")
