@@ -40,7 +40,6 @@ from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, interle
 sys.path.insert(0, str(REPO / "tests"))  # the local tokenizer builder the tests use
 
 B = "rl"
-DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 READ = ("chat_list_users", {})
 
 
@@ -85,11 +84,13 @@ def _setup(work: Path) -> dict[str, Any]:
     from rl_tokenizer import tiny_tokenizer
     from transformers import Qwen2Config
 
+    from packs.registry import load_pack
     from replay import Worlds
 
     store = work / "store"
     worlds = Worlds.open(store)
-    worlds.import_file(DEMO)
+    for log in load_pack("demo").worlds:  # every world the pack's tasks start from
+        worlds.import_file(log)
     worlds.close()
     os.environ["AGENT_WORLDS_STORE"] = str(store)
     model = work / "model"
@@ -247,7 +248,8 @@ def _collect(batch: Any) -> list[dict[str, Any]]:
                   if not tag.get("is_prompt") and k.split("_")[0] in uids)
     found = tq.kv_batch_get(keys=keys, partition_id="train",
                             select_fields=["extra_fields"])["extra_fields"] if keys else []
-    extras = [getattr(e, "data", e) for e in (found.tolist() if keys else [])]
+    listed_extras = found.tolist() if hasattr(found, "tolist") else list(found)
+    extras = [getattr(e, "data", e) for e in listed_extras]
     tq.kv_clear(keys=[*uids, *keys], partition_id="train")
     return extras
 

@@ -9,10 +9,11 @@ steps it may take and what history it keeps. The numbers are the papers' (see
              list_tools exchange and the 10 most recent turns; at most 20 turns
     wildawm  the tools mode (MCP tools, shell, answer; GUI tools for a gui task); at most
              256 steps (the paper allows 512 for its longest benchmarks: --max-steps 512);
-             a 102,400-token context with automatic compaction: past 92,160 tokens (90 %,
-             leaving room for a step's output and its results) the history is summarised
-             and the rollout goes on from the summary; no window. The paper states no
-             sampling parameters for evaluation: the agent's greedy default stays.
+             a 102,400-token context with automatic compaction: past 76,800 tokens (three
+             quarters, as the training preset compacts: the paper does not say when) the
+             history is summarised and the rollout goes on from the summary; no window.
+             The paper states no sampling parameters for evaluation: the agent's greedy
+             default stays.
 
 Explicit ``--max-steps`` and ``--history`` win over the protocol's values. Without a
 protocol the agent runs as it always has: tools mode, temperature 0, 20 steps, a window of
@@ -25,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eval.errors import EvalError
+from gates.compaction import COMPACT_FRACTION
 from gates.llm_agent import Mode, Sampling
 
 
@@ -54,7 +56,7 @@ AWM = EvalProtocol(name="awm", mode="meta",
                    max_steps=20, history=10)
 WILDAWM_CONTEXT = 102_400
 WILDAWM = EvalProtocol(name="wildawm", mode="tools", sampling=Sampling(), max_steps=256,
-                       history=0, compact_at=WILDAWM_CONTEXT * 9 // 10,
+                       history=0, compact_at=int(WILDAWM_CONTEXT * COMPACT_FRACTION),
                        context=WILDAWM_CONTEXT)
 PROTOCOLS: dict[str, EvalProtocol] = {p.name: p for p in (AWM, WILDAWM)}
 # Without a protocol: the agent's own defaults (the run identity of runs made before

@@ -20,6 +20,10 @@ context. Write what the task is, what has been done (with every id, name, number
 path found or changed), what is left to do, and anything learned that matters. Be \
 complete and concise; do not call tools."""
 SUMMARY_PREFIX = "Summary of the work so far (the earlier context was compacted):\n"
+# WildAWM compacts "automatically" without saying when: at three quarters of the context,
+# a quarter stays free for the step that crosses the threshold and for the summary call
+# (the training preset, rl.config, compacts at the same fraction).
+COMPACT_FRACTION = 0.75
 
 
 def compaction_prompt(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -35,4 +39,5 @@ def summary_message(summary: str) -> dict[str, Any]:
     return {"role": "user", "content": SUMMARY_PREFIX + summary}
 
 
-__all__ = ["COMPACT_PROMPT", "SUMMARY_PREFIX", "compaction_prompt", "summary_message"]
+__all__ = ["COMPACT_FRACTION", "COMPACT_PROMPT", "SUMMARY_PREFIX", "compaction_prompt",
+           "summary_message"]

@@ -278,7 +278,8 @@ class WorldAgentLoop(AgentLoopBase):
             if len(runtime_ids) - start >= self.response_length:
                 trace.termination = "length"
                 return
-            rebuilt = await self._next_context(base, history, runtime_ids, session, trace)
+            rebuilt = await self._next_context(base, history, runtime_ids, session, trace,
+                                               sampling_params)
             if rebuilt is not None:
                 context = rebuilt
                 runtime_ids = await self.ct_build_initial_tokens(context, tools=schemas)
@@ -373,8 +374,8 @@ class WorldAgentLoop(AgentLoopBase):
         return stops
 
     async def _next_context(self, base: list[dict[str, Any]], history: list[list[dict[str, Any]]],
-                            runtime_ids: list[int], session: WorldSession, trace: _Trace
-                            ) -> list[dict[str, Any]] | None:
+                            runtime_ids: list[int], session: WorldSession, trace: _Trace,
+                            sampling_params: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The context to go on from when the history policy cuts it, else None."""
         settings = self.settings
         if settings.history == "window":
@@ -385,19 +386,23 @@ class WorldAgentLoop(AgentLoopBase):
                 return [*base, *(m for step in [*pinned, *recent] for m in step)]
             return None
         if settings.compact_at and len(runtime_ids) > settings.compact_at:
-            summary = await self._compact(base, history, trace)
-            history.clear()
-            return [*base, summary_message(summary)]
+            summary = summary_message(await self._compact(base, history, trace,
+                                                          sampling_params))
+            # the summary heads the history: a later compaction summarises it too, so no
+            # earlier work is forgotten
+            history[:] = [[summary]]
+            return [*base, summary]
         return None
 
     async def _compact(self, base: list[dict[str, Any]], history: list[list[dict[str, Any]]],
-                       trace: _Trace) -> str:
+                       trace: _Trace, sampling_params: dict[str, Any]) -> str:
         prompt = compaction_prompt([*base[1:], *(m for step in history for m in step)])
         prompt_ids = await self.ct_build_initial_tokens(prompt)
         try:
             output = await self.server_manager.generate(
                 request_id=self._request_id, prompt_ids=prompt_ids,
-                sampling_params=self._sampling({}))
+                # the rollout's own sampling: the summary is trained on like any step
+                sampling_params=self._sampling(sampling_params))
         except Exception as exc:
             raise RolloutLost(f"the model server failed while compacting: {exc}") from exc
         tokens = list(output.token_ids)

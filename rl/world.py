@@ -11,6 +11,10 @@ other blocking call. Training shows the model no images: where ``gates.llm_agent
 show a GUI step's screenshot, the observation carries ``screenshot``, the text note that
 stands in for it (``gates.llm_agent.screenshot_note``: the page's title and path).
 
+What the model is shown of a call (its text, the meta-mode catalogue, a refusal, a
+timeout) is rendered by ``envs.observation``, as by the LLM agent, the gateway and the SFT
+rows.
+
 Everything slow or blocking (opening an instance, a shell command, a carried app's call,
 storing the episode, hashing, the verifier) runs in worker threads, never on the event
 loop that hundreds of concurrent rollouts share. A call that outlives its timeout gives
@@ -125,8 +129,8 @@ class WorldRuntime:
               ) -> tuple[list[dict[str, Any]], frozenset[str]]:
         """The tool schemas the model is offered (OpenAI function format) and their names,
         built once per world, mode and GUI: the instance's MCP tools, the GUI tools when
-        `gui` (tools mode only), ``shell`` and ``answer`` (``gates.llm_agent.tool_schemas``),
-        or AWM's two meta-tools and ``answer``."""
+        `gui` (tools mode only), ``shell`` and ``answer``, or AWM's two meta-tools and
+        ``answer`` (``envs.observation.tool_schemas``, as every surface offers them)."""
         gui = gui and mode == "tools"
         key = (instance.record.world_hash, mode, gui)
         found = self._schemas.get(key)

@@ -16,7 +16,7 @@ from cli_harness import invoke, refused
 from llm_server import FIXTURES, serving
 
 from envs.instance import Environment
-from eval.protocols import AWM, PROTOCOLS, WILDAWM
+from eval.protocols import AWM, PROTOCOLS, WILDAWM, WILDAWM_CONTEXT
 from eval.runner import EvalConfig, make_agent
 from gates.compaction import COMPACT_PROMPT, compaction_prompt, summary_message
 from gates.llm_agent import LLMAgent, Sampling
@@ -24,6 +24,7 @@ from gates.task import load_task
 from llm.client import LLMClient, build_request
 from packs.registry import load_pack
 from replay import Worlds
+from rl import config as rl_config
 from worldctl.eval import eval_run
 
 LLM_ENV = {"WORLDCTL_LLM_API_KEY": "sk-loopback", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -71,7 +72,7 @@ def meta_rules(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def test_the_awm_protocol_samples_as_the_paper_and_keeps_the_list_tools_exchange(
         store: str, mcp_task: Path, tmp_path: Path) -> None:
-    calls = [("notes_search_notes", {"query": "Fjellrommet"}),
+    calls: list[tuple[str, dict[str, Any]]] = [("notes_search_notes", {"query": "Fjellrommet"}),
              ("notes_get_note", {"note_id": 4}), ("notes_get_note", {"note_id": 1}),
              ("notes_list_notebooks", {})]
     out = tmp_path / "awm"
@@ -120,7 +121,8 @@ def test_the_protocols_are_the_papers() -> None:
         "meta", Sampling(temperature=0.6, top_p=0.95, top_k=20), 20, 10, 0)
     assert (WILDAWM.mode, WILDAWM.max_steps, WILDAWM.history, WILDAWM.context) == (
         "tools", 256, 0, 102_400)
-    assert 0 < WILDAWM.compact_at < WILDAWM.context
+    # compacted where training compacts: a policy is evaluated on the contexts it learned
+    assert WILDAWM.compact_at == int(WILDAWM_CONTEXT * rl_config.COMPACT_FRACTION) == 76_800
     # the command line offers exactly these (named there without importing the library)
     choice = next(p for p in eval_run.params if p.name == "protocol_name")
     assert sorted(choice.type.choices) == sorted(PROTOCOLS)  # type: ignore[attr-defined]

@@ -177,7 +177,7 @@ async def over_mcp(url: str, actions: list[Action]) -> tuple[list[dict[str, Any]
             assert isinstance(action.arguments, dict)
             result = await client.call_tool(action.name, action.arguments,
                                              raise_on_error=False)
-            text = result.content[0].text  # type: ignore[union-attr]
+            text = result.content[0].text
             seen.append(shown(text, result.is_error, whole=action.name == "list_tools"))
     return offered, seen
 
@@ -211,10 +211,10 @@ def run_loop(model: Path, row: dict[str, Any], actions: list[Action]
 
     tokenizer = tokenizer_of(model)
     server = ScriptedServer(tokenizer, lambda _k, _p: text)
-    output = asyncio.run(AgentLoopWorker(verl_config_of(model), server)
-                         .generate_sequences(batch_of([row])))
+    worker = AgentLoopWorker(verl_config_of(model), server)  # type: ignore[arg-type]
+    output = asyncio.run(worker.generate_sequences(batch_of([row])))
     [prompts] = server.prompts.values()
-    first, last = tokenizer.decode(prompts[0]), tokenizer.decode(prompts[-1])
+    first, last = str(tokenizer.decode(prompts[0])), str(tokenizer.decode(prompts[-1]))
     responses = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", last, re.DOTALL)
     return first, responses, output
 

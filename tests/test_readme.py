@@ -112,6 +112,38 @@ def test_cli_tour_runs(tmp_path: Path) -> None:
     assert fresh[0]["world_hash"] == latest
 
 
+def _training_block() -> str:
+    return next(b for b in _bash_blocks() if "worldctl rl config" in b)
+
+
+def test_the_training_block_defines_every_variable_it_uses() -> None:
+    block = _training_block()
+    used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", block))
+    defined = set(re.findall(r"^(?:export )?([A-Za-z_][A-Za-z0-9_]*)=", block, re.M))
+    defined |= set(re.findall(r"\bread -r ([A-Za-z_][A-Za-z0-9_]*)", block))
+    assert used - defined <= {"PATH", "PWD"}, used - defined
+
+
+def test_the_training_block_runs(tmp_path: Path) -> None:
+    """The README's "Training with verl" commands, as a user runs them from the checkout:
+    both worlds imported, the datasets, an SFT episode and a run folder whose launch is
+    checked against verl's config and the model's (a small local model folder here: no
+    hub id can be resolved offline)."""
+    env = _user_env(tmp_path)
+    env["MODEL"] = str(ROOT / "tests" / "fixtures" / "models" / "long-context")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", _training_block()], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (where,) = tmp_path.iterdir()
+    run = where / "run"
+    for name in ("launch.sh", "run.env", "sft.sh", "train.parquet", "val.parquet",
+                 "sft.parquet"):
+        assert (run / name).is_file(), name
+    assert "trainer.use_v1=true" in (run / "launch.sh").read_text()
+    with Worlds.open(where / ".worldctl") as worlds:
+        assert sorted(p.persona for p in worlds.store.personas()) == ["lars", "nora"]
+
+
 def test_every_cli_command_is_documented() -> None:
     for name in cli.list_commands(click.Context(cli)):
         assert f"`worldctl {name}" in README, f"worldctl {name} is missing from the README"

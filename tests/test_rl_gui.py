@@ -297,7 +297,7 @@ def test_the_sft_conversation_loads_in_verls_multiturn_dataset(
 def test_sft_rows_keep_a_passing_gui_episode_with_the_gui_tools(
         gui_episode: tuple[Worlds, str], pack: Pack) -> None:
     worlds, episode_id = gui_episode
-    rows = sft_rows(worlds, pack)  # the RL loop's passing rollouts are stored here too
+    rows = sft_rows(worlds, pack, split="rl")  # the RL loop's passing rollouts, stored
     (row,) = [r for r in rows if r["episode_id"] == episode_id]
     assert {r["task_id"] for r in rows} == {GUI_TASK}
     assert {t["function"]["name"] for t in json.loads(row["tools"])} >= GUI_NAMES

@@ -363,6 +363,32 @@ def test_compaction_cuts_the_rollout_into_segments(store: Path, model: Path) -> 
     assert "Summary of the work so far" in tokenizer.decode(prompts[compactions[0] + 1])
 
 
+def test_a_second_compaction_summarises_the_first_summary_too(store: Path,
+                                                               model: Path) -> None:
+    """Compacting again starts from the last summary: the second summariser's call is
+    shown the first summary, so no earlier work is forgotten."""
+    name = RL_TASKS[0]
+    tokenizer = tokenizer_of(model)
+    config = verl_config(model, "+agent_worlds.history=compaction",
+                         "+agent_worlds.compact_at=100", "+agent_worlds.samples=segments")
+    plan = iter([*task(name).solution.steps[:3], AnswerStep(text="done")])
+    summaries = iter(range(1, 10))
+
+    def policy(n: int, prompt: str) -> str:
+        if COMPACT_PROMPT[:40] in prompt:
+            return f"Summary number {next(summaries)} of the work.<|im_end|>"
+        return call_text(next(plan))
+
+    server = ScriptedServer(tokenizer, lambda _k, _p: policy)
+    run_direct(config, server, rows(name)[0])
+    [prompts] = server.prompts.values()
+    compactions = [tokenizer.decode(p) for p in prompts if COMPACT_PROMPT[:40] in
+                   tokenizer.decode(p)]
+    assert len(compactions) >= 2  # every step passes compact_at=100
+    assert "Summary number 1 of the work." in compactions[1]
+    assert "Summary number 2 of the work." not in compactions[1]
+
+
 def test_unknown_settings_and_stale_rows_are_refused(store: Path, model: Path) -> None:
     server = ScriptedServer(tokenizer_of(model), lambda _k, _p: replaying([]))
     with pytest.raises(RLError, match="setting 'windw' is unknown"):

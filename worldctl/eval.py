@@ -40,7 +40,7 @@ def eval_group(ctx: click.Context, packs_dir: str | None) -> None:
 @click.option("--protocol", "protocol_name", type=click.Choice(["awm", "wildawm"]), default=None,
               help="Run the LLM agent as a paper evaluates: awm (meta-tool mode, temperature "
                    "0.6, top-k 20, top-p 0.95, window 10, 20 steps) or wildawm (256 steps, "
-                   "no window, compaction at 92,160 of 102,400 tokens). --max-steps and "
+                   "no window, compaction at 76,800 of 102,400 tokens). --max-steps and "
                    "--history, when given, win over its values.")
 @click.option("--max-steps", default=None, type=click.IntRange(min=1),
               help="Model steps per trial (LLM agents) [default: 20, or the protocol's; "
