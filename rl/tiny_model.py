@@ -30,8 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (  # type: ignore[import-untyped]
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
@@ -111,7 +120,8 @@ def tiny_tokenizer(save_dir: Path | None = None, *, corpus: Iterable[str] = (),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(_CORPUS * 4 + list(corpus), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    wrap: Any = PreTrainedTokenizerFast  # untyped in transformers
+    fast: PreTrainedTokenizerFast = wrap(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
         additional_special_tokens=SPECIAL_TOKENS[1:])
     fast.chat_template = CHAT_TEMPLATE
@@ -134,14 +144,20 @@ def tiny_model(folder: Path, *, corpus: Iterable[str] = (), vocab_size: int = DE
         vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
         num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
         max_position_embeddings=max_positions, tie_word_embeddings=True,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        bos_token_id=_token_id(tokenizer, "<|endoftext|>"),
+        eos_token_id=_token_id(tokenizer, "<|im_end|>"),
         pad_token_id=tokenizer.pad_token_id,
         architectures=["Qwen2ForCausalLM"], dtype="bfloat16")
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(str(folder))
+    build: Any = Qwen2ForCausalLM  # untyped in transformers
+    build(config).to(torch.bfloat16).save_pretrained(str(folder))
     return folder
+
+
+def _token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(found, int), f"{token} is one token"
+    return found
 
 
 __all__ = ["CHAT_TEMPLATE", "QWEN2_PIECES", "SPECIAL_TOKENS", "tiny_model", "tiny_tokenizer"]

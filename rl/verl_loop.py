@@ -151,6 +151,9 @@ class _Trace:
     termination: str = "step_limit"
     why: str = ""  # the format failure, when there was one
     generate_seconds: float = 0.0
+    # per model step, the policy versions (verl's global steps) its tokens came from, as
+    # the server reports them: verl's V1 trainer tags every sample with them
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     tool_seconds: float = 0.0
 
 
@@ -181,6 +184,8 @@ class WorldAgentLoop(AgentLoopBase):
         # A list when a rollout is cut into samples: verl's TransferQueue worker takes it.
         info = _row_info(kwargs.get("extra_info"))
         messages = [dict(m) for m in kwargs["raw_prompt"]]
+        # the batch's training step: the policy version of what no server call reports
+        self._global_steps = _int_or_none(kwargs.get("global_steps"))
         world = runtime(self.settings.store, packs_dir=self.settings.packs_dir,
                         cache=self.settings.cache)
         problems: list[str] = []
@@ -245,6 +250,7 @@ class WorldAgentLoop(AgentLoopBase):
             except Exception as exc:
                 raise RolloutLost(f"the model server failed: {exc}") from exc
             trace.generate_seconds += time.perf_counter() - began
+            _note_versions(trace, len(trace.steps), output)
             tokens = list(output.token_ids)
             if not tokens:  # an aborted or preempted request: the server's, not the model's
                 raise RolloutLost(f"the model server returned no tokens "
@@ -406,6 +412,7 @@ class WorldAgentLoop(AgentLoopBase):
         except Exception as exc:
             raise RolloutLost(f"the model server failed while compacting: {exc}") from exc
         tokens = list(output.token_ids)
+        _note_versions(trace, len(trace.steps), output)
         trace.steps.append(ModelStep(index=len(trace.steps), kind="compaction",
                                      prompt_ids=prompt_ids, output_ids=tokens,
                                      logprobs=_logprobs(output, len(tokens))))
@@ -432,7 +439,8 @@ class WorldAgentLoop(AgentLoopBase):
         metrics = AgentLoopMetrics(generate_sequences=trace.generate_seconds,
                                    tool_calls=trace.tool_seconds)
         outputs = [self._output(s, scored.reward, details, metrics, len(trace.steps),
-                                session.step_seconds) for s in samples]
+                                session.step_seconds, self._versions(trace, s.steps))
+                   for s in samples]
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _samples(self, trace: _Trace, format_failure: bool) -> list[Sample]:
@@ -441,9 +449,19 @@ class WorldAgentLoop(AgentLoopBase):
             return history_samples(rollout_id, trace.steps, format_failure=format_failure)
         return segment_samples(rollout_id, trace.steps, format_failure=format_failure)
 
+    def _versions(self, trace: _Trace, steps: list[int]) -> dict[str, int]:
+        """The sample's policy versions (verl's V1 trainer tags its entries with them and
+        reads them for off-policy control): the earliest and latest of its steps', or the
+        batch's step for what no server call reported."""
+        known = [trace.versions[i] for i in steps if i in trace.versions]
+        low = min((v[0] for v in known), default=self._global_steps)
+        high = max((v[1] for v in known), default=self._global_steps)
+        return {} if low is None or high is None else {"min_global_steps": low,
+                                                       "max_global_steps": high}
+
     def _output(self, sample: Sample, reward: float, details: dict[str, Any],
-                metrics: AgentLoopMetrics, steps: int, step_seconds: list[float]
-                ) -> AgentLoopOutput:
+                metrics: AgentLoopMetrics, steps: int, step_seconds: list[float],
+                versions: dict[str, int]) -> AgentLoopOutput:
         response = sample.response_ids[: self.response_length]
         return AgentLoopOutput(
             prompt_ids=self._cap_text_prompt_length(sample.prompt_ids),
@@ -454,7 +472,7 @@ class WorldAgentLoop(AgentLoopBase):
             reward_score=reward, num_turns=2 * steps + 1, metrics=metrics,
             extra_fields={"reward_extra_info": dict(details), "rollout_id": sample.rollout_id,
                           "sample_steps": list(sample.steps), "sample_weight": sample.weight,
-                          "env_step_seconds": list(step_seconds)})
+                          "env_step_seconds": list(step_seconds), **versions})
 
     def _lost(self, info: RowInfo, messages: list[dict[str, Any]], *, attempt: int,
               why: str) -> AgentLoopOutput:
@@ -468,7 +486,8 @@ class WorldAgentLoop(AgentLoopBase):
             extra_fields={"reward_extra_info": lost_info(info.reward, attempts=attempt,
                                                          why=why),
                           "rollout_id": self._request_id, "sample_steps": [],
-                          "sample_weight": 0.0, "env_step_seconds": []})
+                          "sample_weight": 0.0, "env_step_seconds": [],
+                          **self._versions(_Trace(), [])})
 
     # --- small parts ------------------------------------------------------------------
 
@@ -492,6 +511,21 @@ class WorldAgentLoop(AgentLoopBase):
 
 
 _SETTING_NAMES = frozenset(f.name for f in fields(LoopSettings)) | {"name"}
+
+
+def _note_versions(trace: _Trace, step: int, output: Any) -> None:
+    extra = getattr(output, "extra_fields", None) or {}
+    low = _int_or_none(extra.get("min_global_steps", extra.get("global_steps")))
+    high = _int_or_none(extra.get("max_global_steps", extra.get("global_steps")))
+    if low is not None and high is not None:
+        trace.versions[step] = (low, high)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _termination(trace: _Trace) -> str:

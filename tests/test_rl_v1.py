@@ -120,6 +120,9 @@ def test_the_papers_nine_steps_with_a_compaction_at_step_5_are_three_samples(
     run = Run(config, server, [row(CART)], step=91)
     try:
         assert run.status == {run.uids[0]: "finished"}
+        # every entry is tagged with the policy versions verl's trainer reads (the batch's
+        # step here: the scripted server reports none)
+        assert {(t["min_global_steps"], t["max_global_steps"]) for t in run.tags} == {(91, 91)}
         by_session = run.sessions()
         [nine] = [keys for keys in by_session.values() if len(keys) == 3]
         [broken] = [keys for keys in by_session.values() if len(keys) == 1]
@@ -225,7 +228,7 @@ def _train_on(model_dir: Path, config: DictConfig,
     flat = torch.cat([log_probs(), torch.zeros(n, 0)], dim=1)
     loss, _ = ppo_loss(actor, {"log_probs": _flat(flat, width_p, width_r, n),
                                "entropy": torch.zeros(n * (width_p + width_r))}, data)
-    assert float(loss) == pytest.approx(-float((adv * mask).sum()), abs=1e-6)
+    assert float(loss.detach()) == pytest.approx(-float((adv * mask).sum()), abs=1e-6)
     loss.backward()
     assert any(p.grad is not None and float(p.grad.abs().sum()) > 0
                for p in model.parameters())

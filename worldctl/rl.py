@@ -202,3 +202,8 @@ def rl_config(ctx: click.Context, pack_name: str, preset: str, model: str, n_gpu
                     f"{yarn.max_position_embeddings:,} tokens)")
     for note in run.notes:
         render.echo(f"  note: {note}")
+
+
+from worldctl.rl_smoke import rl_smoke  # noqa: E402  (registered after the group exists)
+
+rl.add_command(rl_smoke)
