@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,26 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     work = fresh_dir(WORK_DIR / B)
     setup = _setup(work)
     report = Report(B, {"rounds": rounds, "trajectories": count, "model_ms": a.model_ms})
-    with _transfer_queue():
+    from rl_v1_harness import transfer_queue_cluster  # the tests' cluster, the same here
+
+    with transfer_queue_cluster():
         _per_turn(report, setup, rounds)
         _concurrent(report, setup, count, a.model_ms)
     emit(report, quick=a.quick)
-
-
-@contextlib.contextmanager
-def _transfer_queue() -> Iterator[None]:
-    """A local Ray cluster holding TransferQueue's controller and storage units, which
-    the V1 workers put every rollout into (logical CPUs: its units ask Ray for them)."""
-    import ray
-    import transfer_queue as tq
-
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-    tq.init()
-    try:
-        yield
-    finally:
-        tq.close()
-        ray.shutdown()
 
 
 # --- set-up -----------------------------------------------------------------------------
