@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from awm.errors import AwmFormatError
+from replay.files import open_regular
 
 SCENARIO_FILE = "gen_scenario.jsonl"
 TASKS_FILE = "gen_tasks.jsonl"
@@ -194,7 +195,7 @@ def _json_objects(path: Path, *, name_key: str) -> list[tuple[int, dict[str, Any
     """The objects of a JSON Lines file with their line numbers; refuses the file if a
     line is not JSON, not an object, or has no scenario name (`name_key`)."""
     found: list[tuple[int, dict[str, Any]]] = []
-    with open(path, "rb") as fh:
+    with open(open_regular(path), "rb") as fh:  # never through a link, never a FIFO
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue

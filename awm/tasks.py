@@ -78,6 +78,9 @@ from gates.rewards import (
     validate_awm_rollout,
 )
 from gates.task import SOLUTION_FILE, SPEC_FILE, VERIFIER_DIR, Task
+from replay.files import remove_tree
+from worldstore.errors import FolderError
+from worldstore.folders import read_file
 
 __all__ = [
     "AWM_SERVICE",
@@ -335,9 +338,9 @@ def _where(origin: Origin) -> str:
 def _publish(dest: Path, spec: TaskSpec, files: dict[str, str]) -> Path:
     """Write the folder beside `dest`, then put it in place (replacing an earlier folder
     of the same task, never anything else)."""
-    if dest.exists() and not _same_task(dest, spec.task_id):
-        raise AwmError(f"{dest}: exists and is not a task folder of {spec.task_id}; "
-                       "not replaced")
+    if dest.is_symlink() or (dest.exists() and not _same_task(dest, spec.task_id)):
+        raise AwmError(f"{dest}: exists and is not a task folder of {spec.task_id} (a "
+                       "link is never followed); not replaced")
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.task_id}-", dir=dest.parent))
     try:
         _write(staging / SPEC_FILE, to_json(spec).decode() + "\n")
@@ -347,10 +350,10 @@ def _publish(dest: Path, spec: TaskSpec, files: dict[str, str]) -> Path:
             folder.chmod(0o755)  # the verifier sandbox's user reads it as "other"
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)  # whatever is there, a link itself, never what it points to
             os.rename(dest, old)
             os.rename(staging, dest)
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
         else:
             os.rename(staging, dest)
     except BaseException:
@@ -360,9 +363,9 @@ def _publish(dest: Path, spec: TaskSpec, files: dict[str, str]) -> Path:
 
 
 def _same_task(folder: Path, task_id: str) -> bool:
-    try:
-        data: Any = json.loads((folder / SPEC_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a regular file, never through a link
+        data: Any = json.loads(read_file(folder / SPEC_FILE, limit=1 << 20))
+    except (OSError, ValueError, FolderError):
         return False
     return isinstance(data, dict) and data.get("task_id") == task_id
 

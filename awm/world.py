@@ -16,7 +16,8 @@ CREATE TABLE then its indexes, then the INSERTs table by table, every statement 
 at one frozen instant, ``AWM_DAY0_TS``, so AWM's ``datetime('now', '-3 days')`` and
 ``DEFAULT CURRENT_TIMESTAMP`` read that instant (replay freezes SQLite's clock at each
 event's ``ts``). Where the scenario has server code, day 0 ends with the app pin that
-carries it (``envs.awm``).
+carries it (``envs.awm``); code that imports a module the AWM adapter refuses to run
+(``envs.awm.refused_imports``: ctypes, cffi) refuses the scenario.
 
 **Failing statements.** AWM keeps a scenario when few of its statements fail and skips
 the failing ones. Before anything is stored every statement is pre-run, in AWM's order,
@@ -44,8 +45,14 @@ import apsw
 import msgspec
 
 from awm.errors import AwmError, ScenarioRefused
-from awm.formats import Origin, Scenario
-from envs.awm import AWM_ADAPTER_VERSION, AWM_APP, AWM_SERVICE, awm_app_source
+from awm.formats import ENVS_FILE, Origin, Scenario
+from envs.awm import (
+    AWM_ADAPTER_VERSION,
+    AWM_APP,
+    AWM_SERVICE,
+    awm_app_source,
+    refused_imports,
+)
 from replay.sqlite import describe_failure, freeze, open_event_db, take_denial, unguarded
 from worldstore.errors import InputError
 from worldstore.events import SqlLine
@@ -185,7 +192,22 @@ def plan_day0(scenario: Scenario, *, strict: bool = False) -> Day0:
     day = Day0(scenario.name, persona, tuple(kept), tuple(dropped), len(statements),
                app_pin(scenario.code) if scenario.code is not None else None)
     check_dropped(scenario, day, strict=strict)
+    check_imports(scenario)
     return day
+
+
+def check_imports(scenario: Scenario) -> None:
+    """Refuse server code that imports a module the AWM adapter refuses to run
+    (``envs.awm.refused_imports``): no worker could load it."""
+    if scenario.code is None:
+        return
+    refused = refused_imports(scenario.code)
+    if refused:
+        origin = scenario.origins.get(ENVS_FILE) or scenario.origin()
+        raise ScenarioRefused(scenario.name, [
+            f"{origin}: scenario {scenario.name}: its server code imports {name} (line "
+            f"{line} of the code), which generated AWM code may not use: it reaches the "
+            "machine's clock and entropy around the frozen ones" for line, name in refused])
 
 
 def check_dropped(scenario: Scenario, day: Day0, *, strict: bool) -> None:

@@ -10,7 +10,10 @@ version and digest. Loading it refuses any other adapter than the pinned one.
 
 The generated code is untrusted: it runs only in the sandboxed app worker, like any
 carried app (``envs.app_worker``). This module never executes it; it only parses it
-(``ast``) to count and name its routes.
+(``ast``) to count and name its routes, and to find the imports of modules the adapter
+refuses (``refused_imports``: native code, which reaches the machine's clock and entropy
+around the adapter's frozen ones), so that an importer refuses such code before storing
+it. The adapter refuses them again when it runs the code, however they are imported.
 
 An importer writes, for a scenario with server code::
 
@@ -30,13 +33,16 @@ from pathlib import Path
 
 from worldstore.canonical import digest
 
-__all__ = ["AWM_ADAPTER_VERSION", "AWM_APP", "AWM_SERVICE", "HTTP_METHODS", "adapter_digest",
-           "adapter_source", "awm_app_source", "operation_ids", "route_count"]
+__all__ = ["AWM_ADAPTER_VERSION", "AWM_APP", "AWM_SERVICE", "HTTP_METHODS", "REFUSED_MODULES",
+           "adapter_digest", "adapter_source", "awm_app_source", "operation_ids",
+           "refused_imports", "route_count"]
 
 AWM_APP = "awm"
 AWM_ADAPTER_VERSION = "1.0.0"
 AWM_SERVICE = "awm"  # the service an imported scenario's database and app are
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+# As envs.awm_adapter.REFUSED_MODULES (the worker's copy; the host never imports it).
+REFUSED_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
 _ADAPTER = Path(__file__).with_name("awm_adapter.py")
 
 
@@ -103,3 +109,19 @@ def operation_ids(code: str) -> list[str]:
 def route_count(code: str) -> int:
     """How many routes (tools) the code declares (see ``operation_ids``)."""
     return len(operation_ids(code))
+
+
+def refused_imports(code: str) -> list[tuple[int, str]]:
+    """The line and name of each ``import``/``from ... import`` of a refused module in
+    `code` (``REFUSED_MODULES``; parsed, never run)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names
+                  if name.partition(".")[0] in REFUSED_MODULES]
+    return sorted(found)

@@ -17,7 +17,26 @@ runs the scenario's code as a module of its own, with these stand-ins visible to
   committed when the request ends is rolled back, as a server's session would be.
 * ``datetime``, ``time``, ``random``, ``secrets`` and ``uuid`` modules whose ``now()``,
   ``utcnow()``, ``today()``, ``time()``, random draws, tokens and ``uuid4()`` read the
-  call's frozen clock and seed (``envs.contract.CallClock``) instead of the machine's.
+  call's frozen clock and seed (``envs.contract.CallClock``) instead of the machine's;
+  ``_datetime``, ``builtins`` and ``importlib`` whose imports give the same stand-ins.
+
+**Generated code is deterministic, or refused, or caught.** Stand-ins are not enough:
+the code can reach the real modules (``sys.modules``, another module's reference to them).
+So ``serve`` also freezes the worker process itself (``_freeze_process``; the worker
+serves nothing else): every clock of the ``time`` module (``time``, ``monotonic``,
+``perf_counter``, ``process_time``, ``thread_time``, ``clock_gettime``, their ``_ns``
+forms, ``localtime``...) reads the call's instant; ``time.sleep`` and the event loop's
+timers take no time but move the call's clock on by what they wait (``_Clock.advance``);
+``os.urandom``/``getrandom``, ``SystemRandom``, ``secrets``, ``ssl.RAND_bytes``, ``uuid``
+and every generator seeded with nothing (``random.Random()``, the C ``_random.Random()``,
+tempfile's names) draw from the call's seed, and the ``random`` module's own generator is
+reseeded by each call. ``ctypes`` and ``cffi`` cannot be imported at all (they reach the
+C library's clock and entropy). The worker's sandbox (``envs.worker_pool``) masks the
+kernel's entropy and clock files (``/dev/urandom``, ``/proc/sys/kernel/random/uuid``...)
+and gives every worker one str hash seed. What is left (the C ``datetime`` type reached
+through another module, ``id()``, addresses, CPU times, ``/proc/self``, a clock read in a
+subprocess, module state kept between instances) is the determinism checker's:
+``envs.checker.check_carried_tools`` names each call that differs.
 
 Each FastAPI route becomes one tool named ``<service>_<operation_id>``, with the input schema
 fastapi-mcp (github.com/tadata-org/fastapi_mcp, MIT) derives from the app's OpenAPI
@@ -42,16 +61,21 @@ thread pool (calls of one worker are serial anyway).
 
 from __future__ import annotations
 
+import _random as _c_random
 import asyncio
 import base64
 import builtins
 import datetime as _dt
 import decimal
+import importlib
+import importlib.abc
+import importlib.util
 import json
 import logging
 import os
 import random as _random
 import secrets
+import selectors
 import sys
 import time as _time
 import types
@@ -108,19 +132,31 @@ def _require_extra() -> None:
 
 _EPOCH_MS = 0  # the clock at module level, before any call: deterministic, never the machine's
 
+# The real functions the frozen ones are made of, taken before ``_freeze_process`` replaces
+# the time module's attributes with frozen ones.
+_GMTIME, _STRFTIME, _ASCTIME = _time.gmtime, _time.strftime, _time.asctime
+_C_RANDOM_INIT, _C_RANDOM_SEED = _c_random.Random.__init__, _c_random.Random.seed
+
 
 class _Clock:
-    """The current call's clock and its seeded draws (one call at a time per worker)."""
+    """The current call's clock and its seeded draws (one call at a time per worker).
+
+    Within a call, time stands still but for what the code sleeps (``time.sleep``, an
+    asyncio timer): `advance` counts those seconds, so a sleep returns at once and every
+    clock reads the call's instant plus what was slept, the same on every instance."""
 
     def __init__(self) -> None:
         self.millis = _EPOCH_MS
         self.seed = "awm:load"
+        self.advance = 0.0
         self._rng: _random.Random | None = None
 
     def set(self, clock: CallClock) -> None:
         self.millis = clock.millis
         self.seed = f"awm:{clock.seed}"
+        self.advance = 0.0
         self._rng = None  # seeded on the call's first draw
+        _reseed_process(self.seed)
 
     @property
     def rng(self) -> _random.Random:
@@ -128,8 +164,15 @@ class _Clock:
             self._rng = _random.Random(self.seed)
         return self._rng
 
+    def seconds(self) -> float:
+        return self.millis / 1000 + self.advance
+
+    def nanos(self) -> int:
+        return self.millis * 1_000_000 + round(self.advance * 1e9)
+
     def utc(self) -> _dt.datetime:
-        return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(milliseconds=self.millis)
+        return _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC) + _dt.timedelta(
+            milliseconds=self.millis, seconds=self.advance)
 
 
 _CLOCK = _Clock()
@@ -188,16 +231,70 @@ def _shim_module(name: str, real: types.ModuleType, overrides: dict[str, Any]
     return module
 
 
+# The datetime module generated code imports (``import``, ``__import__``, ``importlib``).
+# The C type itself cannot be changed, and libraries subclass it (pydantic.v1 with a
+# metaclass of its own), so the real module stays the process's.
+_DATETIME = _shim_module("datetime", _dt, {"datetime": _FrozenDatetime, "date": _FrozenDate})
+
+
 def _time_time() -> float:
-    return _CLOCK.millis / 1000
+    return _CLOCK.seconds()
+
+
+def _time_ns() -> int:
+    return _CLOCK.nanos()
+
+
+def _clock_gettime(clk_id: int) -> float:
+    return _CLOCK.seconds()
+
+
+def _clock_gettime_ns(clk_id: int) -> int:
+    return _CLOCK.nanos()
+
+
+def _cpu_time() -> float:
+    return _CLOCK.advance
+
+
+def _cpu_time_ns() -> int:
+    return round(_CLOCK.advance * 1e9)
+
+
+def _sleep(seconds: float) -> None:
+    """A sleep takes no time: the call's clocks move on by `seconds`."""
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    _CLOCK.advance += float(seconds)
 
 
 def _struct_now(t: float | None = None) -> _time.struct_time:
-    return _time.gmtime(_time_time() if t is None else t)
+    return _GMTIME(_time_time() if t is None else t)
 
 
 def _strftime(fmt: str, t: Any = None) -> str:
-    return _time.strftime(fmt, _struct_now() if t is None else t)
+    return _STRFTIME(fmt, _struct_now() if t is None else t)
+
+
+def _ctime(t: float | None = None) -> str:
+    return _ASCTIME(_struct_now(t))
+
+
+def _asctime(t: Any = None) -> str:
+    return _ASCTIME(_struct_now() if t is None else t)
+
+
+# The time module's readings of any clock, frozen (in the module itself: ``_freeze_process``).
+_FROZEN_TIME: dict[str, Callable[..., Any]] = {
+    "time": _time_time, "time_ns": _time_ns,
+    "monotonic": _time_time, "monotonic_ns": _time_ns,
+    "perf_counter": _time_time, "perf_counter_ns": _time_ns,
+    "clock_gettime": _clock_gettime, "clock_gettime_ns": _clock_gettime_ns,
+    "process_time": _cpu_time, "process_time_ns": _cpu_time_ns,
+    "thread_time": _cpu_time, "thread_time_ns": _cpu_time_ns,
+    "sleep": _sleep, "localtime": _struct_now, "gmtime": _struct_now,
+    "strftime": _strftime, "ctime": _ctime, "asctime": _asctime,
+}
 
 
 def _uuid4() -> _uuid.UUID:
@@ -206,6 +303,14 @@ def _uuid4() -> _uuid.UUID:
 
 def _uuid1(node: int | None = None, clock_seq: int | None = None) -> _uuid.UUID:
     return _uuid4()
+
+
+def _generate_time_safe() -> tuple[bytes, int]:
+    return _uuid1().bytes, 0  # (libuuid's answer: the bytes, and "safe")
+
+
+def _getnode() -> int:
+    return _CLOCK.rng.getrandbits(48) | (1 << 40)  # a random node id has its multicast bit
 
 
 _RANDOM_NAMES = ("random", "randint", "randrange", "choice", "choices", "shuffle", "sample",
@@ -224,11 +329,122 @@ def _token_bytes(nbytes: int | None = None) -> bytes:
     return _CLOCK.rng.randbytes(32 if nbytes is None else nbytes)
 
 
+def _urandom(size: int) -> bytes:
+    if size < 0:
+        raise ValueError("negative argument not allowed")
+    return _CLOCK.rng.randbytes(size)
+
+
+def _getrandom(size: int, flags: int = 0) -> bytes:
+    return _urandom(size)
+
+
+def _seed_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A C-level generator seeded with nothing (the OS's entropy) takes the call's draw."""
+    return (_CLOCK.rng.getrandbits(128),) if not args or args[0] is None else args
+
+
+def _c_random_init(self: Any, *args: Any) -> None:
+    _C_RANDOM_INIT(self, *_seed_args(args))
+
+
+def _c_random_seed(self: Any, *args: Any) -> None:
+    _C_RANDOM_SEED(self, *_seed_args(args))
+
+
 def _bound_rng(name: str) -> Callable[..., Any]:
     def draw(*args: Any, **kwargs: Any) -> Any:
         return getattr(_CLOCK.rng, name)(*args, **kwargs)
     draw.__name__ = name
     return draw
+
+
+# Modules generated code may not import at all: they reach the C library (its clocks, the
+# kernel's entropy) around every frozen function.
+REFUSED_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
+
+
+class _RefusedImport(importlib.abc.MetaPathFinder):
+    """Refuses ``REFUSED_MODULES`` to every import of the process, ``importlib`` included."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        if fullname.partition(".")[0] in REFUSED_MODULES:
+            raise ImportError(f"{fullname}: generated AWM code may not use it (it reaches "
+                              "the machine's clock and entropy around the frozen ones)",
+                              name=fullname)
+        return None
+
+
+def _freeze_process() -> None:
+    """Freeze, in the worker's own modules, every clock and entropy source Python code can
+    reach: whatever name the code finds them by (``time.monotonic``, ``from os import
+    urandom`` at import, ``sys.modules``, ``importlib``, another module's reference to the
+    module), it calls the frozen function. The worker serves nothing but this app, and its
+    own machinery reads no clock (timeouts are the host's). Done once per process."""
+    if any(isinstance(finder, _RefusedImport) for finder in sys.meta_path):
+        return
+    import _ssl
+    import posix
+    import ssl
+    import tempfile
+
+    for name, frozen in _FROZEN_TIME.items():
+        setattr(_time, name, frozen)
+    for module in (os, posix):
+        module.urandom = _urandom  # type: ignore[attr-defined]
+        module.getrandom = _getrandom  # type: ignore[attr-defined]
+    _random._urandom = _urandom  # type: ignore[attr-defined]  # SystemRandom, secrets
+    # random.Random() and _random.Random() seeded with nothing (tempfile's names, say)
+    _c_random.Random.__init__ = _c_random_init  # type: ignore[method-assign]
+    _c_random.Random.seed = _c_random_seed  # type: ignore[method-assign]
+    _uuid.uuid1, _uuid.uuid4, _uuid.getnode = _uuid1, _uuid4, _getnode
+    _uuid._generate_time_safe = None  # type: ignore[attr-defined]  # libuuid's clock
+    libuuid = sys.modules.get("_uuid")  # (where Python was built with it)
+    if libuuid is not None:
+        libuuid.generate_time_safe = _generate_time_safe  # type: ignore[attr-defined]
+    for module in (ssl, _ssl):
+        module.RAND_bytes = _token_bytes  # type: ignore[attr-defined]
+    # tempfile finds its directory once per process, by writing files of drawn names: now,
+    # so that no call's draws depend on whether a call before it (another instance's) did.
+    tempfile.gettempdir()
+    sys.meta_path.insert(0, _RefusedImport())
+    _reseed_process(_CLOCK.seed)
+
+
+def _reseed_process(seed: str) -> None:
+    """What the process draws from besides the call's own generator starts each call
+    afresh from its seed: the random module's hidden instance (``random.random``, bound
+    methods taken at import), and tempfile's name sequence."""
+    _random.seed(f"{seed}:module")
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile._name_sequence = None  # type: ignore[attr-defined]
+
+
+class _VirtualTimeSelector(selectors.DefaultSelector):
+    """The event loop's selector: a wait for a timer moves the call's clock to the timer
+    instead of sleeping (the loop's time is ``time.monotonic``, frozen). Nothing outside
+    the process can make a descriptor ready (the worker has no network), so waiting for one
+    (no timer: `timeout` None) waits for ever, as it would anywhere."""
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        ready: list[Any] = super().select(0)
+        if ready or timeout == 0:
+            return ready
+        if timeout is None:
+            return list(super().select(None))
+        _CLOCK.advance += timeout
+        return ready
+
+
+def _virtual_time_loop() -> asyncio.AbstractEventLoop:
+    """The event loop the routes run on: its time is the frozen ``time.monotonic``, moved
+    on by ``_VirtualTimeSelector``. A timer counts as due within a millisecond of its
+    time: the clock reads the epoch in seconds, whose float steps are coarser than the
+    loop's nanosecond resolution, so a timer could otherwise stay a step short for ever."""
+    loop = asyncio.SelectorEventLoop(_VirtualTimeSelector())
+    loop._clock_resolution = 1e-3  # type: ignore[attr-defined]
+    return loop
 
 
 # --- SQLAlchemy on the held apsw connection: a DBAPI-2 shim ---------------------------
@@ -534,13 +750,8 @@ def _stand_ins() -> dict[str, types.ModuleType]:
     import sqlalchemy.engine
 
     return {
-        "datetime": _shim_module("datetime", _dt, {"datetime": _FrozenDatetime,
-                                                   "date": _FrozenDate}),
-        "time": _shim_module("time", _time, {
-            "time": _time_time, "time_ns": lambda: _CLOCK.millis * 1_000_000,
-            "localtime": _struct_now, "gmtime": _struct_now, "strftime": _strftime,
-            "ctime": lambda t=None: _time.asctime(_struct_now(t)),
-            "asctime": lambda t=None: _time.asctime(_struct_now() if t is None else t)}),
+        "datetime": _DATETIME, "_datetime": _DATETIME,
+        "time": _shim_module("time", _time, dict(_FROZEN_TIME)),
         "random": _shim_module("random", _random, {
             **{n: _bound_rng(n) for n in _RANDOM_NAMES},
             "Random": _SeededRandom, "SystemRandom": _SeededRandom}),
@@ -565,6 +776,10 @@ def _importer(stand_ins: dict[str, types.ModuleType]) -> Callable[..., Any]:
     def _import(name: str, globals: Any = None, locals: Any = None,
                 fromlist: Sequence[str] | None = (), level: int = 0) -> Any:
         if level == 0:
+            if name.partition(".")[0] in REFUSED_MODULES:
+                raise ImportError(f"{name}: generated AWM code may not use it (it reaches "
+                                  "the machine's clock and entropy around the frozen ones)",
+                                  name=name)
             if name in stand_ins and (fromlist or "." not in name):
                 return stand_ins[name]
             top = name.partition(".")[0]
@@ -574,6 +789,24 @@ def _importer(stand_ins: dict[str, types.ModuleType]) -> Callable[..., Any]:
         return real_import(name, globals, locals, fromlist, level)
 
     return _import
+
+
+def _code_import() -> Callable[..., Any]:
+    """The code's ``__import__``: the stand-ins, also by ``builtins.__import__``,
+    ``importlib.import_module`` and ``importlib.__import__``."""
+    stand_ins = _stand_ins()
+    hook = _importer(stand_ins)
+
+    def import_module(name: str, package: str | None = None) -> types.ModuleType:
+        if name.startswith("."):
+            name = importlib.util.resolve_name(name, package)
+        module: types.ModuleType = hook(name, None, None, ("__name__",), 0)
+        return module
+
+    stand_ins["builtins"] = _shim_module("builtins", builtins, {"__import__": hook})
+    stand_ins["importlib"] = _LazyProxy(importlib, {"import_module": import_module,
+                                                    "__import__": hook})
+    return hook
 
 
 def _inline_threads() -> None:
@@ -598,11 +831,12 @@ class AwmApp(App):
         _require_extra()
         os.environ["DATABASE_PATH"] = "sqlite://"  # never a file, whatever the code reads
         _inline_threads()
-        self.loop = asyncio.new_event_loop()
+        _freeze_process()
+        self.loop = _virtual_time_loop()
         module = types.ModuleType(f"awm_scenario_{service}")
         module.__file__ = f"<awm scenario {service}>"
         scope = module.__dict__
-        scope["__builtins__"] = {**vars(builtins), "__import__": _importer(_stand_ins())}
+        scope["__builtins__"] = {**vars(builtins), "__import__": _code_import()}
         sys.modules[module.__name__] = module  # pydantic resolves annotations through it
         with warnings.catch_warnings():  # FastAPI deprecates `example=`, which AWM uses
             warnings.simplefilter("ignore")

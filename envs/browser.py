@@ -12,6 +12,9 @@ Every request of a page is intercepted (``Fetch.requestPaused``) and answered by
 instance's own page server (``envs.site.serve``), in the thread that drives the page, so
 a page reaches exactly its instance's pages: any other origin or scheme is failed before
 it leaves the browser, and the sandbox has no network besides. Page script is disabled.
+Nothing moves: animation time stands still in every page (``Animation.setPlaybackRate``
+0), images show their first frame (``imageAnimationPolicy``), so a screenshot is a
+function of the page, whatever animation its style sheet asks for.
 
 One process serves every instance (``shared_browser``): it starts on the first page and
 stops when it has had no page for ``idle_s`` seconds. If it dies, every page of it fails
@@ -53,6 +56,9 @@ __all__ = ["Browser", "BrowserPage", "Intercepted", "Served", "shared_browser"]
 log = logging.getLogger(__name__)
 
 VIEWPORT = (1024, 768)
+# Chromium's processes and threads, counted for its sandbox alone (envs.sandbox): it runs
+# ~110 when it has started, a few more per page; the rest is headroom.
+BROWSER_MAX_PROCS = 512
 COMMAND_TIMEOUT_S = 20.0
 START_TIMEOUT_S = 30.0
 SETTLE_S = 0.03  # how long an action waits for a navigation it may have started
@@ -76,6 +82,9 @@ CHROMIUM_FLAGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
     "--proxy-bypass-list=<-loopback>", "--no-pings", "--password-store=basic",
     "--use-mock-keychain",
+    # A still world renders still: images show their first frame only, and pages that ask
+    # the system are told to reduce motion (CSS animations are stopped per page: setup).
+    "--blink-settings=imageAnimationPolicy=2", "--force-prefers-reduced-motion",
 )
 
 
@@ -162,7 +171,8 @@ class Browser:
         command = [self.executable, *CHROMIUM_FLAGS, "about:blank"]
         policy = SandboxPolicy(
             cwd="/tmp", rlimits=Rlimits(cpu_s=1 << 30, memory_mib=self.memory_mib,
-                                        max_file_mib=1024, open_files=8192),
+                                        max_file_mib=1024, open_files=8192,
+                                        max_procs=BROWSER_MAX_PROCS),
             tmpfs=(Tmpfs("/tmp", 1024), Tmpfs("/dev/shm", 1024)),
             env=(("HOME", "/tmp"), ("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"),
                  ("TZ", "UTC"), ("FONTCONFIG_FILE", "/dev/null")),
@@ -348,6 +358,12 @@ class BrowserPage:
                      {"width": width, "height": height, "deviceScaleFactor": 1,
                       "mobile": False})
         self.command("Emulation.setScriptExecutionDisabled", {"value": True})
+        # Animation time stands still: a CSS animation or transition (whatever a page's
+        # style sheet says, with !important, on ::before, inline) stays at its first frame,
+        # so a screenshot is a function of the page, never of when it was taken. The rate
+        # holds for every document this page loads from now on.
+        self.command("Animation.enable")
+        self.command("Animation.setPlaybackRate", {"playbackRate": 0})
         self.command("Emulation.setTimezoneOverride", {"timezoneId": "UTC"})
         self.command("Emulation.setLocaleOverride", {"locale": "en-US"})
 

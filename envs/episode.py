@@ -6,7 +6,9 @@ in the instance's browser a ``GuiCall`` (with its screenshot's digest). Calls th
 state are followed by their effects: ``DbChange`` (the SQLite session extension's
 changeset of one service, plus its ``sqlite_sequence`` rows when they moved) and
 ``FileChange`` (a workspace file written or deleted). Replaying the effects, in order, onto
-a fresh mount of the snapshot reproduces the instance's final world, hash for hash.
+a fresh mount of the snapshot reproduces the instance's final world, hash for hash: a
+changeset already holds what the world's triggers wrote during the call, so it is applied
+with triggers off (they would write it twice, and on the host's clock and time zone).
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ def apply_effects(mount: Mount, events: list[EpisodeEvent]) -> None:
 
 def _apply_db_change(path: Path, change: DbChange) -> None:
     conn = apsw.Connection(str(path))
+    # The changeset holds every row the call's triggers wrote: firing them again would
+    # write those twice, and run the world's SQL here, on the host's clock and time zone.
+    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
     try:
         conn.execute("BEGIN")
         apsw.Changeset.apply(change.changeset, conn)

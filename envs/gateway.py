@@ -54,7 +54,7 @@ tool does not take or of the wrong type) is a 400 over REST and OpenEnv; one the
 cannot do (no element of that name) is an error result, as over MCP.
 
 Such an instance's pages are served too, for a person's browser or an agent's own, under
-``/instances/{id}/gui/``: ``GET /instances/i3/gui/shop/products/1`` is the instance's
+``/instances/{id}/gui/``: ``GET /instances/i3-<id>/gui/shop/products/1`` is the instance's
 ``/shop/products/1``, recorded in the episode (a ``GuiCall`` "request") like every page
 request, and a form's POST runs its tool like a tool call. Pages are the instance's bytes,
 never rewritten (they are deterministic); they link by absolute paths of their own origin
@@ -66,6 +66,16 @@ only works from a browser that sends the Referer (every current one does); the b
 token, when there is one, must be added by the client (a browser needs a tokenless
 loopback gateway or a proxy). A page request from another site (``Sec-Fetch-Site``) is
 403: it would write into the episode.
+
+Instances share the gateway's origin, so nothing served for one may act on another: an
+instance's id is unguessable (``i3-`` and 128 random bits, the capability in every URL of
+the instance: pages, forms, REST, MCP); a page request made by a page (fetch metadata, a
+Referer) is served only when that page is one of the same instance's (a person's own
+navigation, ``Sec-Fetch-Site: none``, and a program, with neither, are served); and the
+JSON API (create, close, reset, shell, answer, grade, GUI actions, MCP, OpenEnv) does not
+act on a non-GET request a web page made (``Sec-Fetch-Site`` other than ``none``, or an
+``Origin`` header): a form's ``text/plain`` body is valid JSON. JSON answers carry
+``nosniff`` and a ``sandbox`` policy, so a browser sent to one renders nothing of it.
 
 Every episode is stored in the world store (``envs.episodes_store.save_episode``) when its
 instance is closed (DELETE, idle reaping, shutdown) or reset, unless it has no calls and
@@ -103,12 +113,16 @@ and is recorded in the episode when it ends; the instance's next call waits for 
 Opening, resetting, hashing and diffing copy and hash files, so they run in threads too.
 
 Instances idle for ``idle_timeout`` seconds (no REST call on them, no MCP request) are
-closed and their directories deleted; at most ``max_instances`` exist at a time (429
-beyond). With a token, every request needs ``Authorization: Bearer <token>``; ``serve``
-refuses to listen beyond loopback without one. Without a token, only requests addressed to a
-loopback host (and from no or a loopback ``Origin``) are answered, so web pages cannot
-reach the gateway through a browser (DNS rebinding, cross-site requests); put a token on
-it before putting it behind a proxy.
+closed and their directories deleted; at most ``max_instances`` exist at a time, and at
+most ``max_gui_instances`` with the GUI (default 32: each holds a browser page, ~75 MiB),
+``max_gui_per_client`` of them per client (default 8; a client is the peer address, so
+behind a proxy every client is one): beyond a cap a create request is 429 with
+``{"error", "cap", "limit"}`` naming it. With a token, every request needs
+``Authorization: Bearer <token>``; ``serve`` refuses to listen beyond loopback without
+one. Without a token, only requests addressed to a loopback host (and from no or a
+loopback ``Origin``) are answered, so web pages cannot reach the gateway through a
+browser (DNS rebinding, cross-site requests); put a token on it before putting it behind
+a proxy.
 
 Every request is parsed in one layer before anything acts on it (``_read_body``,
 ``_json_body``, ``_world_ref``): a body over ``MAX_BODY`` (``MAX_MCP_BODY`` for MCP) is
@@ -130,6 +144,7 @@ import json
 import logging
 import queue
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -178,6 +193,13 @@ MAX_TARGET = 8192  # characters of a page request's path and query
 FORM_TYPE = "application/x-www-form-urlencoded"
 _GUI_PAGE = re.compile(r"/instances/([^/?#]+)/gui/")  # a page of an instance, in a Referer
 CLOSED_KEPT = 4096  # closed instances remembered (for their stored episode's id)
+ID_BYTES = 16  # random bytes in an instance's id: 128 bits, not guessable
+# A GUI instance holds a browser page (~75 MiB): at most this many at a time, per client
+# (the peer address) and in all; a create request beyond either cap is 429.
+MAX_GUI_INSTANCES = 32
+MAX_GUI_PER_CLIENT = 8
+JSON_HEADERS = [(b"x-content-type-options", b"nosniff"),
+                (b"content-security-policy", b"default-src 'none'; sandbox")]
 MODES: tuple[str, ...] = get_args(Mode)
 log = logging.getLogger("agentworlds.gateway")
 
@@ -238,8 +260,12 @@ class _Hosted:
     Every operation on the instance holds `lock`: tool calls and REST calls never overlap."""
 
     def __init__(self, instance: Instance, setup: _Setup, call_timeout: float,
-                 workers: _Workers, worlds: Worlds) -> None:
-        self.id = instance.instance_id
+                 workers: _Workers, worlds: Worlds, client: str = "") -> None:
+        # Unguessable: the id is in every URL of the instance (pages, forms, REST, MCP), so
+        # knowing it is what it takes to act on the instance; a page served for another
+        # instance cannot name it (see _page_source).
+        self.id = f"{instance.instance_id}-{secrets.token_hex(ID_BYTES)}"
+        self.client = client  # who created it: the per-client GUI cap counts by it
         self.instance = instance
         self.setup = setup
         self.mode = setup.mode
@@ -298,7 +324,7 @@ class _Hosted:
         """Name the episode's task and agent (a fresh episode after a reset too): they are
         part of what a stored episode holds; and give it the id it will be stored under,
         drawn now because clients are told it before the episode ends (a content id
-        exists only then). Random: ids of instances ("i3") repeat across gateways."""
+        exists only then). Random: an instance's counter ("i3") repeats across gateways."""
         self.instance.episode = msgspec.structs.replace(
             self.instance.episode, episode_id=uuid.uuid4().hex,
             task=self.task.task_id if self.task else None, agent=self.setup.agent)
@@ -554,14 +580,17 @@ class Gateway:
     that run tool calls (default ``min(64, max_instances)``); `reap_interval` is how often
     idle instances are looked for (default a quarter of `idle_timeout`, at most 5 s).
     `tasks` (by task id) are what instances can be created for and graded against;
-    `max_steps` is the OpenEnv step limit of instances created without one."""
+    `max_steps` is the OpenEnv step limit of instances created without one;
+    `max_gui_instances` and `max_gui_per_client` cap the instances with the GUI (each holds
+    a browser page) in all and per client (the peer address)."""
 
     def __init__(self, environment: Environment, *, token: str | None = None,
                  max_instances: int = 256, idle_timeout: float = 600.0,
                  call_timeout: float = 30.0, mode: Mode = "tools",
                  reap_interval: float | None = None, workers: int | None = None,
                  tasks: Mapping[str, ServedTask] | None = None,
-                 max_steps: int = MAX_STEPS) -> None:
+                 max_steps: int = MAX_STEPS, max_gui_instances: int = MAX_GUI_INSTANCES,
+                 max_gui_per_client: int = MAX_GUI_PER_CLIENT) -> None:
         if token is not None and not token.strip():
             raise GatewayError("the bearer token is empty: give a real token or none")
         if max_instances < 1:
@@ -572,6 +601,12 @@ class Gateway:
             raise GatewayError(f"unknown MCP mode {mode!r}: use 'tools' or 'meta'")
         if max_steps < 1:
             raise GatewayError(f"max_steps must be at least 1, not {max_steps}")
+        if max_gui_instances < 1 or max_gui_per_client < 1:
+            raise GatewayError("max_gui_instances and max_gui_per_client must be at least 1, "
+                               f"not {max_gui_instances} and {max_gui_per_client}")
+        self.max_gui_instances = max_gui_instances
+        self.max_gui_per_client = max_gui_per_client
+        self._gui_clients: dict[str, int] = {}  # GUI instances (made or being made) by client
         self.environment = environment
         self.tasks: dict[str, ServedTask] = dict(tasks or {})
         self.max_steps = max_steps
@@ -656,7 +691,8 @@ class Gateway:
                 await _send_json(send, 200, {"instances": [h.info() for h in
                                                            self.instances.values()]})
             else:
-                hosted = await self._create(receive)
+                _not_from_a_page(scope)
+                hosted = await self._create(receive, _client(scope))
                 await _send_json(send, 201, hosted.info())
             return
         hosted = self._hosted(parts[1])
@@ -664,7 +700,10 @@ class Gateway:
         if path.startswith(hosted.gui_url):  # the instance's pages: /instances/ID/gui/...
             await self._page(hosted, path.removeprefix(hosted.gui_url[:-1]), scope, receive,
                              send)
-        elif parts[2:3] == ["mcp"]:
+            return
+        if method not in ("GET", "HEAD"):  # the JSON API acts for programs, not pages
+            _not_from_a_page(scope)
+        if parts[2:3] == ["mcp"]:
             await self._mcp(hosted, scope, receive, send)
         elif action.startswith("openenv/"):
             await self._openenv(hosted, action.removeprefix("openenv/"), scope, receive,
@@ -695,7 +734,7 @@ class Gateway:
             hosted.touch()
             await _send_json(send, 200, hosted.info())
             return
-        if self.instances.pop(hosted.id, None) is None:  # closed meanwhile
+        if self._unpublish(hosted.id) is None:  # closed meanwhile
             raise _HttpError(404, f"instance {hosted.id} was closed")
         await _send_json(send, 200, await self._close(hosted))
 
@@ -768,6 +807,7 @@ class Gateway:
         which gets the instance's prefix, and the Referrer-Policy (see _linked_from_page)."""
         method = _allow(scope["method"], "GET", "POST")
         _same_origin_fetch(scope)
+        _page_source(scope, hosted.id)
         query = bytes(scope.get("query_string", b""))
         target = quote(target, safe="/:@!$&'()*+,;=-._~") + (
             "?" + query.decode("latin-1") if query else "")
@@ -944,18 +984,23 @@ class Gateway:
 
     # --- instances --------------------------------------------------------------------
 
-    async def _create(self, receive: Receive) -> _Hosted:
+    async def _create(self, receive: Receive, client: str) -> _Hosted:
         request = _fields(_json_body(await _read_body(receive)), _CREATE_FIELDS,
                           _CREATE_SHAPE)
         setup, world, bare_names = self._setup(request)
         if len(self.instances) + self._pending >= self.max_instances:
             raise _HttpError(429, f"the gateway already holds its maximum of "
                                   f"{self.max_instances} instances: DELETE one, or wait for "
-                                  "idle ones to be reaped", [(b"retry-after", b"5")])
+                                  "idle ones to be reaped", [(b"retry-after", b"5")],
+                             {"cap": "max_instances", "limit": self.max_instances})
+        if setup.gui:
+            self._count_gui(client)
         self._pending += 1
+        published = False
         try:
             try:
-                hosted = await asyncio.to_thread(self._open, world, setup, bare_names)
+                hosted = await asyncio.to_thread(self._open, world, setup, bare_names,
+                                                 client)
             except WorldError as exc:
                 raise _HttpError(_status_of(exc), str(exc)) from None
             try:
@@ -964,8 +1009,40 @@ class Gateway:
                 await asyncio.to_thread(hosted.instance.close)
                 raise
             self.instances[hosted.id] = hosted
+            published = True
         finally:
             self._pending -= 1
+            if setup.gui and not published:
+                self._uncount_gui(client)
+        return hosted
+
+    def _count_gui(self, client: str) -> None:
+        """Count a GUI instance of `client` about to be made, or refuse it (429) when the
+        gateway or the client holds its cap of them: each holds a browser page."""
+        held = sum(self._gui_clients.values())
+        mine = self._gui_clients.get(client, 0)
+        for cap, limit, count, whose in (
+                ("max_gui_per_client", self.max_gui_per_client, mine, "this client holds"),
+                ("max_gui_instances", self.max_gui_instances, held, "the gateway holds")):
+            if count >= limit:
+                raise _HttpError(429, f"{whose} its maximum of {limit} instances with the GUI "
+                                      f"({cap}): DELETE one, or wait for idle ones to be "
+                                      "reaped", [(b"retry-after", b"5")],
+                                 {"cap": cap, "limit": limit})
+        self._gui_clients[client] = mine + 1
+
+    def _uncount_gui(self, client: str) -> None:
+        left = self._gui_clients.get(client, 0) - 1
+        if left > 0:
+            self._gui_clients[client] = left
+        else:
+            self._gui_clients.pop(client, None)
+
+    def _unpublish(self, iid: str) -> _Hosted | None:
+        """Take an instance out of the served ones (it is closed next); None if it was."""
+        hosted = self.instances.pop(iid, None)
+        if hosted is not None and hosted.setup.gui:
+            self._uncount_gui(hosted.client)
         return hosted
 
     def _setup(self, request: dict[str, Any]) -> tuple[_Setup, str, bool | None]:
@@ -994,7 +1071,8 @@ class Gateway:
             raise _HttpError(400, f"bare_names must be true or false, not {_shown(bare_names)}")
         return setup, world, bare_names
 
-    def _open(self, world: str, setup: _Setup, bare_names: bool | None = None) -> _Hosted:
+    def _open(self, world: str, setup: _Setup, bare_names: bool | None = None,
+              client: str = "") -> _Hosted:
         # One open at a time: a first open may build and cache the snapshot.
         with self._open_lock:
             instance = self.environment.open(world, bare_names=bare_names)
@@ -1007,7 +1085,7 @@ class Gateway:
                                       "task's")
             try:
                 return _Hosted(instance, setup, self.call_timeout, self._workers,
-                               self.environment.worlds)
+                               self.environment.worlds, client)
             except ValueError as exc:  # a service tool named like an agent tool
                 raise _HttpError(409, str(exc)) from None
         except BaseException:
@@ -1027,7 +1105,7 @@ class Gateway:
 
     def _discard(self, iid: str) -> None:
         """Unpublish an instance now and close it in the background."""
-        hosted = self.instances.pop(iid, None)
+        hosted = self._unpublish(iid)
         if hosted is not None:
             task = asyncio.create_task(self._close(hosted), name=f"close-{iid}")
             self._closing.add(task)
@@ -1292,7 +1370,9 @@ def _world_ref(value: object) -> str:
 
 async def _send_json(send: Send, status: int, data: Any,
                      headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await _send(send, status, msgspec.json.encode(data), headers=headers)
+    # Data, never a document: a browser sent here renders nothing of it and sniffs nothing.
+    await _send(send, status, msgspec.json.encode(data), headers=[*JSON_HEADERS,
+                                                                  *(headers or [])])
 
 
 async def _send(send: Send, status: int, body: bytes,
@@ -1366,6 +1446,51 @@ async def _redirect_to_page(send: Send, iid: str, path: str, scope: Scope) -> No
     await _send(send, 307, b"", b"text/plain; charset=utf-8",
                 [(b"location", location.encode("latin-1")),
                  (b"cache-control", b"no-store")])
+
+
+def _client(scope: Scope) -> str:
+    """Who made a request, for the per-client caps: the peer address the server saw."""
+    peer = scope.get("client")
+    return str(peer[0]) if peer else ""
+
+
+def _made_by_a_page(scope: Scope) -> bool:
+    """Whether a web page made this request, rather than a program or a person's own
+    navigation: fetch metadata says so (``Sec-Fetch-Site`` other than ``none``), or, from
+    a browser without it, an ``Origin`` header (sent on every POST a page makes)."""
+    site = _header(scope, b"sec-fetch-site")
+    if site is not None:
+        return site.strip().lower() != "none"
+    return _header(scope, b"origin") is not None
+
+
+def _not_from_a_page(scope: Scope) -> None:
+    """Refuse a change (create, reset, shell, answer, grade, close, GUI action, MCP,
+    OpenEnv) that a web page asked for: a page served for one instance could otherwise
+    drive the JSON API of any (a form's text/plain body is valid JSON)."""
+    if _made_by_a_page(scope):
+        raise _HttpError(403, "the JSON API does not act on a request a web page made (a "
+                              "program calls it, with no Sec-Fetch-Site or Origin header)")
+
+
+def _page_source(scope: Scope, iid: str) -> None:
+    """Refuse a request of an instance's pages that a page of another instance made: a
+    page a browser shows may only lead to its own instance. A person's own navigation
+    (typed, bookmarked: ``Sec-Fetch-Site: none``) and a program (no fetch metadata, no
+    Referer) may open any instance they know the id of; a page's request names its page
+    in the Referer (pages are served with ``Referrer-Policy: same-origin``), which must be
+    a page of this instance."""
+    site = (_header(scope, b"sec-fetch-site") or "").strip().lower()
+    if site == "none":
+        return
+    referer = _header(scope, b"referer")
+    source = _GUI_PAGE.match(urlsplit(referer).path) if referer else None
+    if source is not None and source.group(1) == iid:
+        return
+    if source is not None or site or referer or _header(scope, b"origin") is not None:
+        raise _HttpError(403, "a page of an instance is only served to that instance's own "
+                              "pages (this request was made by another page: "
+                              f"{_shown(referer or 'no Referer')})")
 
 
 def _same_origin_fetch(scope: Scope) -> None:

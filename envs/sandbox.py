@@ -14,7 +14,8 @@ for the verifier's scripts alike; ``kill_sandbox`` ends a bubblewrap sandbox.
 What a command sees under bubblewrap:
 
 * a new root holding only the system directories (``/usr``, ``/etc`` and the ``/bin``,
-  ``/lib*``, ``/sbin`` links), read-only; ``/workspace`` (the workspace, read-write);
+  ``/lib*``, ``/sbin`` links), read-only; ``/workspace`` (the workspace, read-write;
+  a private tmpfs instead with ``Limits.workspace_mib``, as a verifier's);
   fresh ``/proc``, ``/dev`` and size-capped ``/tmp`` and ``/dev/shm``. Everything else of the
   host is absent: the parent of the workspace (so its own ``../services``), every other
   instance, ``/tmp``, ``/root``, ``/home``, ``/work``, ``/var``;
@@ -25,8 +26,32 @@ What a command sees under bubblewrap:
 * an unprivileged uid: as root, the dedicated system user ``agentworlds-sandbox`` (created
   on first use; ``nobody`` if that fails), which is given the workspace tree before every
   run; otherwise the caller's own uid;
-* rlimits set by ``prlimit`` before bwrap starts: CPU seconds, address space, processes,
-  file size, open files, no core dumps. They are per process (``max_procs`` per uid).
+* rlimits set by ``prlimit`` before bwrap starts: CPU seconds, address space, file size,
+  open files, no core dumps, each per process; and a process limit for the whole sandbox
+  (below).
+
+**Roles cannot starve each other.** Four roles run in these sandboxes: the agent shell
+(``Limits.max_procs``, 64), the verifier's runs and servers (``gates.verifier``'s limits,
+64), the carried-app workers (``WorkerLimits.max_procs``, 64) and the browser
+(``envs.browser``, a few hundred: Chromium's threads). Each sandbox gets its process limit
+(RLIMIT_NPROC, which counts threads too) set by a ``prlimit`` that runs as the first
+process *inside* the sandbox's own user namespace, after bwrap made it. Since Linux 5.14 the
+kernel counts RLIMIT_NPROC per (user namespace, uid) and checks each level up to the host,
+each against the limit the namespace's creator had: the sandbox's own level holds its
+processes alone, so one sandbox that hoards processes or forks a bomb reaches only its own
+limit, and every other sandbox (of its role or any other, of its uid or not) still starts
+and runs. At the host level the total of one uid's sandboxes is bounded only by that uid's
+own RLIMIT_NPROC as the host process had it (the process limit is never set before bwrap,
+where it would count every sandbox of the uid together, the host's own processes
+included). Per-sandbox accounting rather than a user per role: two instances of the same
+role must not starve each other either, a host that does not run as root has one uid to
+give, and cgroup pids controllers are writable only where cgroups are delegated (root, or
+a systemd user slice); per-sandbox uids would need a reserved range and re-chowning a
+workspace whenever its uid changes. The users stay as they were: as root,
+``agentworlds-sandbox`` for the shell, the verifier and the app workers, and
+``agentworlds-browser`` for the browser; otherwise the caller's uid for all. On a kernel
+before 5.14, RLIMIT_NPROC is counted per uid and the limits of sandboxes of one uid are
+shared.
 
 As root, a policy with a ``user`` has its mounts made by a privileged bwrap (which can reach
 a workspace under directories the sandbox uid cannot traverse, such as ``/root`` or
@@ -123,14 +148,21 @@ class Limits:
     timeout_s: float = 10.0  # wall clock for the whole command
     cpu_s: int = 10  # CPU seconds per process (SIGXCPU, then SIGKILL one second later)
     memory_mib: int = 512  # address space per process (RLIMIT_AS)
-    max_procs: int = 64  # processes and threads of the sandbox uid (RLIMIT_NPROC)
+    max_procs: int = 64  # processes and threads of this one sandbox (RLIMIT_NPROC)
     max_output_bytes: int = 64 * 1024  # kept per stream; 4x this on one stream kills
     max_file_mib: int = 64  # largest file a process may write (RLIMIT_FSIZE)
     tmp_mib: int = 64  # size of the private /tmp (and, separately, of /dev/shm)
+    # A private tmpfs of this size at /workspace instead of the workspace directory (a
+    # verifier's scratch: its writes then never reach the host's disk); None: the directory.
+    workspace_mib: int | None = None
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, not {self.timeout_s!r}")
+        if self.workspace_mib is not None and (
+                not isinstance(self.workspace_mib, int) or self.workspace_mib < 1):
+            raise ValueError(f"workspace_mib must be None or a positive int, "
+                             f"not {self.workspace_mib!r}")
         for name in ("cpu_s", "memory_mib", "max_procs", "max_output_bytes", "max_file_mib",
                      "tmp_mib"):
             value = getattr(self, name)
@@ -348,8 +380,10 @@ def _check_command(command: str, env: Mapping[str, str] | None) -> None:
 
 
 def _sandbox_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    # TZ: local time is UTC in every sandbox (a verifier's SQLite 'localtime', Python's
+    # time.localtime), never the host's /etc/localtime, which the sandbox can read.
     return {"PATH": SANDBOX_PATH, "HOME": MOUNT_AT, "LANG": "C.UTF-8", "TMPDIR": "/tmp",
-            **(env or {})}
+            "TZ": "UTC", **(env or {})}
 
 
 def _check_workspace(workspace: Path, system_paths: Sequence[str]) -> Path:
@@ -418,8 +452,8 @@ def _sandbox_ids() -> tuple[int, int]:
 @functools.cache
 def browser_ids() -> tuple[int, int]:
     """The uid/gid the instances' browser runs as: ours unless root; as root a system user
-    of its own, since RLIMIT_NPROC counts a uid's threads and one Chromium has hundreds,
-    which would starve the shells and verifiers of the sandbox user."""
+    of its own (its files and processes apart from the other roles'; the process limit
+    is per sandbox whatever the user, see the module docstring)."""
     return _system_user(BROWSER_USER)
 
 
@@ -503,28 +537,34 @@ def kill_sandbox(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Rlimits:
-    """Per-process rlimits that ``prlimit`` sets before bwrap starts, so every process of
-    the sandbox inherits them (and bwrap itself runs under them). Core dumps are always
-    off. CPU: SIGXCPU at `cpu_s`, SIGKILL one second later."""
+    """The rlimits of one sandbox. The per-process ones (``prlimit_args``) are set before
+    bwrap starts, so every process of the sandbox inherits them (and bwrap itself runs
+    under them); core dumps are always off; CPU: SIGXCPU at `cpu_s`, SIGKILL one second
+    later. The process limit (``nproc_args``) is set inside the sandbox's own user
+    namespace instead, where the kernel counts it for this sandbox alone (see the module
+    docstring); every sandbox has one."""
 
     cpu_s: int
     memory_mib: int  # address space (RLIMIT_AS)
     max_file_mib: int  # largest file a process may write (RLIMIT_FSIZE)
-    max_procs: int | None = None  # RLIMIT_NPROC, counted per uid; None: the caller's own
+    max_procs: int  # processes and threads of this sandbox (RLIMIT_NPROC in its namespace)
     open_files: int = MAX_OPEN_FILES
 
     def __post_init__(self) -> None:
         for name in ("cpu_s", "memory_mib", "max_file_mib", "max_procs", "open_files"):
             value = getattr(self, name)
-            if not (value is None and name == "max_procs") and (
-                    not isinstance(value, int) or value < 1):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, not {value!r}")
 
     def prlimit_args(self) -> list[str]:
-        nproc = [] if self.max_procs is None else [f"--nproc={self.max_procs}"]
+        """prlimit's options before bwrap: every rlimit but the process limit."""
         return [f"--cpu={self.cpu_s}:{self.cpu_s + 1}", f"--as={self.memory_mib << 20}",
-                *nproc, f"--fsize={self.max_file_mib << 20}", f"--nofile={self.open_files}",
+                f"--fsize={self.max_file_mib << 20}", f"--nofile={self.open_files}",
                 "--core=0"]
+
+    def nproc_args(self) -> list[str]:
+        """prlimit's options inside the sandbox: the process limit, soft and hard."""
+        return [f"--nproc={self.max_procs}:{self.max_procs}"]
 
 
 @dataclass(frozen=True)
@@ -612,7 +652,23 @@ def bwrap_argv(policy: SandboxPolicy, command: Sequence[str], tools: SandboxTool
     if drop:
         assert policy.user is not None
         argv += _drop_to(policy.user, policy.cwd, tools)
-    return [*argv, *command]
+    # The process limit is set only here, by the first process of the sandbox's user
+    # namespace, so that the kernel counts it against this sandbox's processes alone.
+    inner = [_prlimit_inside(tools.prlimit, policy.system_paths),
+             *policy.rlimits.nproc_args(), "--"]
+    return [*argv, *inner, *command]
+
+
+def _prlimit_inside(prlimit: str, system_paths: Sequence[str]) -> str:
+    """`prlimit` (a resolved host path) as the sandbox sees it: under a system directory
+    that it binds at the same place."""
+    for path in system_paths:
+        if os.path.isdir(path) and not os.path.islink(path) and (
+                prlimit.startswith(path.rstrip("/") + "/")):
+            return prlimit
+    raise SandboxError(f"prlimit ({prlimit}) is under none of the sandbox's system "
+                       f"directories {', '.join(system_paths)}: its process limit could "
+                       "not be set inside it")
 
 
 def _namespace_args(user: tuple[int, int] | None, drop: bool) -> list[str]:
@@ -671,8 +727,8 @@ class BubblewrapSandbox(Sandbox):
 
     def __init__(self, *, uid: int | None = None, gid: int | None = None,
                  system_paths: Sequence[str] = SYSTEM_PATHS) -> None:
-        """`uid`/`gid` (root only) override the sandbox user, e.g. one uid per instance so
-        that concurrent sandboxes do not share one RLIMIT_NPROC budget."""
+        """`uid`/`gid` (root only) override the sandbox user, e.g. a uid of a test's own
+        whose processes it can count."""
         self._uid = uid
         self._gid = gid
         self.system_paths = tuple(system_paths)
@@ -691,16 +747,20 @@ class BubblewrapSandbox(Sandbox):
 
     def policy(self, workspace: Path, limits: Limits, env: Mapping[str, str] | None = None,
                binds: Sequence[Bind] = ()) -> SandboxPolicy:
-        """The policy of one run: the workspace writable at ``/workspace`` (its cwd), the
-        binds after it, private /tmp and /dev/shm, the sandbox user, `limits`."""
+        """The policy of one run: the workspace writable at ``/workspace`` (its cwd; a
+        private tmpfs instead with ``limits.workspace_mib``), the binds after it, private
+        /tmp and /dev/shm, the sandbox user, `limits`."""
         return SandboxPolicy(
             cwd=MOUNT_AT,
             rlimits=Rlimits(cpu_s=limits.cpu_s, memory_mib=limits.memory_mib,
                             max_file_mib=limits.max_file_mib, max_procs=limits.max_procs),
             system_paths=self.system_paths,
-            tmpfs=(Tmpfs("/tmp", limits.tmp_mib), Tmpfs("/dev/shm", limits.tmp_mib)),
+            tmpfs=(Tmpfs("/tmp", limits.tmp_mib), Tmpfs("/dev/shm", limits.tmp_mib),
+                   *([] if limits.workspace_mib is None
+                     else [Tmpfs(MOUNT_AT, limits.workspace_mib)])),
             dirs=("/var",), symlinks=(("../tmp", "/var/tmp"),),
-            binds=(Bind(workspace, MOUNT_AT, writable=True), *binds),
+            binds=(*([Bind(workspace, MOUNT_AT, writable=True)]
+                     if limits.workspace_mib is None else []), *binds),
             env=tuple(_sandbox_env(env).items()),
             user=self.ids(), as_pid_1=True)
 
@@ -779,7 +839,9 @@ class DockerSandbox(Sandbox):
         ]
         if user is not None:
             argv += ["--user", f"{user[0]}:{user[1]}"]
-        argv += ["-v", f"{workspace}:{MOUNT_AT}:rw", "-w", MOUNT_AT]
+        argv += (["-v", f"{workspace}:{MOUNT_AT}:rw"] if limits.workspace_mib is None else
+                 ["--tmpfs", f"{MOUNT_AT}:rw,nosuid,nodev,size={limits.workspace_mib}m"])
+        argv += ["-w", MOUNT_AT]
         for bind in binds:
             argv += ["-v", f"{bind.source}:{bind.target}:{'rw' if bind.writable else 'ro'}"]
         for key, value in _sandbox_env(env).items():

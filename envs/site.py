@@ -9,7 +9,7 @@ in ``envs.sites``)::
     def product(ctx: PageContext, product_id: int) -> Page:
         row = ctx.row("SELECT * FROM products WHERE id = ?", (product_id,))
         ...
-        return Page(title=row["name"], body=f"<h1>{esc(row['name'])}</h1>...")
+        return Page(title=row["name"], body=markup("<h1>{}</h1>...", row["name"]))
 
     @site.form("/cart/add")
     def add(ctx: PageContext, fields: Fields) -> Page | Redirect:
@@ -23,6 +23,15 @@ dispatch (``ctx.call``), so its writes are captured into the episode exactly lik
 call's, under the GUI call's clock. That is also why a site is not part of a world's app
 pin: it changes how a world looks, never what it holds (every write is a pinned tool's).
 
+Pages escape by default. A page is built with ``markup(template, *values)``: the template
+is HTML the project writes (a literal), every value put into it is escaped unless it is
+itself ``Markup`` (what ``markup``, ``esc`` and ``link`` return), so a value from the world,
+the request or a tool (text, or a number column holding text: SQLite columns take any type)
+is shown, never run. Shipped sites build no HTML any other way (tests/test_hostile_pages.py
+checks the source, and crawls every page of a world with markup in every column). A photo
+is served only as a still image type its bytes say it is (PNG, JPEG, GIF, WebP), never as
+the world's ``content_type`` says: a world cannot serve a document of its own.
+
 Every page of an instance lives under ``/<service>/...`` of the instance's origin; ``/``
 lists the sites, ``/_static/`` serves the bundled font. Pages are deterministic: one
 style sheet, a bundled font (DejaVu Sans), no script, no animation, no external resource,
@@ -34,7 +43,7 @@ from __future__ import annotations
 import html
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
@@ -46,6 +55,7 @@ __all__ = [
     "CSP",
     "Blob",
     "Fields",
+    "Markup",
     "Page",
     "PageContext",
     "PageRequest",
@@ -56,6 +66,7 @@ __all__ = [
     "SiteHost",
     "esc",
     "link",
+    "markup",
     "serve",
 ]
 
@@ -66,14 +77,56 @@ CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; font-src 
 STATIC_FILES = {"DejaVuSans.ttf": "font/ttf", "DejaVuSans-Bold.ttf": "font/ttf"}
 
 
-def esc(value: object) -> str:
-    """Text for HTML: every value from a world is escaped, so a page shows it, never runs it."""
-    return html.escape("" if value is None else str(value), quote=True)
+class Markup(str):
+    """HTML the project wrote itself, or built with ``markup``: the only text that goes
+    into a page as it is. Anything else joined to it is escaped first (``+``, ``join``)."""
+
+    __slots__ = ()
+
+    def __add__(self, other: str) -> Markup:
+        return Markup(str.__add__(self, esc(other)))
+
+    def __radd__(self, other: str) -> Markup:
+        return Markup(str.__add__(esc(other), self))
+
+    def join(self, parts: Iterable[object]) -> Markup:
+        return Markup(str.join(self, (esc(part) for part in parts)))
 
 
-def link(href: str, text: object) -> str:
+class _Field:
+    """A value in a ``markup`` template: ``str.format`` puts in what this formats to, the
+    value after its format spec, escaped (``Markup`` as it is; ``None`` empty)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __format__(self, format_spec: str) -> str:
+        value = self.value
+        if isinstance(value, Markup) and not format_spec:
+            return value
+        return esc(None if value is None else format(value, format_spec))
+
+
+def esc(value: object) -> Markup:
+    """Text for HTML: a value is escaped, so a page shows it, never runs it (``None`` is
+    empty; ``Markup`` is already HTML)."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(html.escape("" if value is None else str(value), quote=True))
+
+
+def markup(template: str, /, *values: object, **named: object) -> Markup:
+    """HTML from a template the project writes (``"<td>{}</td>"``, ``str.format``'s
+    fields) and values, each escaped unless it is ``Markup``."""
+    return Markup(template.format(*map(_Field, values),
+                                  **{name: _Field(value) for name, value in named.items()}))
+
+
+def link(href: str, text: object) -> Markup:
     """``<a href=...>text</a>``, both escaped."""
-    return f'<a href="{esc(href)}">{esc(text)}</a>'
+    return markup('<a href="{}">{}</a>', href, text)
 
 
 # --- requests and responses -------------------------------------------------------------
@@ -124,7 +177,8 @@ class PageResponse:
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """An HTML page: its title and its body (HTML the page built with ``esc``)."""
+    """An HTML page: its title (text) and its body (HTML: ``Markup`` built with ``markup``;
+    a plain string is taken as HTML as written, for a literal)."""
 
     title: str
     body: str
@@ -140,7 +194,8 @@ class Redirect:
 
 @dataclass(frozen=True, slots=True)
 class Blob:
-    """Bytes that are not a page (a product photo)."""
+    """Bytes that are not a page (a product photo): served only as the still image type
+    the bytes are (``image_type``), whatever `content_type` claims."""
 
     content_type: str
     data: bytes
@@ -247,9 +302,9 @@ class PageContext:
         """The page that says why the tool refused a form (None when it did not)."""
         if not result.is_error:
             return None
-        return Page(title=title, status=422,
-                    body=f'<p class="error" role="alert">{esc(result.text)}</p>'
-                         f"<p>{link(self.url('/'), 'Back to ' + self.site.title)}</p>")
+        return Page(title=title, status=422, body=markup(
+            '<p class="error" role="alert">{}</p><p>{}</p>', result.text,
+            link(self.url("/"), "Back to " + self.site.title)))
 
 
 # --- sites and routes ---------------------------------------------------------------------
@@ -336,8 +391,8 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
     exception; a page that fails is a 500 page naming the page."""
     segments = [s for s in request.path.split("/") if s]
     if request.method not in ("GET", "POST"):
-        return _page(Page("Not allowed", f"<p>{esc(request.method)} is not served.</p>", 405),
-                     None)
+        return _page(Page("Not allowed", markup("<p>{} is not served.</p>", request.method),
+                          405), None)
     if not segments:
         return _page(_index(sites), None)
     if segments[0] == "_static" and len(segments) == 2 and segments[1] in STATIC_FILES:
@@ -346,55 +401,74 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
     site = sites.get(segments[0])
     found = site.find(request.method, segments[1:]) if site is not None else None
     if site is None or found is None:
-        return _page(Page("Not found", f"<p>No page {esc(request.path)}.</p>"
-                          f'<p><a href="/">All apps</a></p>', 404), site)
+        return _page(Page("Not found", markup('<p>No page {}.</p><p><a href="/">All apps</a>'
+                                              "</p>", request.path), 404), site)
     route, params = found
     ctx = PageContext(host, site, request, now)
     try:
         reply = (route.fn(ctx, Fields(request.form), **params) if route.method == "POST"
                  else route.fn(ctx, **params))
     except ToolError as exc:
-        reply = Page("Not done", f'<p class="error" role="alert">{esc(exc)}</p>', 422)
+        reply = Page("Not done", markup('<p class="error" role="alert">{}</p>', exc), 422)
     except Exception as exc:  # a page's own bug: the agent sees a 500, its episode goes on
-        reply = Page("Page failed", f'<p class="error" role="alert">The page '
-                                    f"{esc(route.pattern)} failed ({esc(type(exc).__name__)})."
-                                    f"</p>", 500)
+        reply = Page("Page failed", markup('<p class="error" role="alert">The page {} failed '
+                                           "({}).</p>", route.pattern, type(exc).__name__),
+                     500)
     if isinstance(reply, Redirect):
         return PageResponse(303, "text/plain; charset=utf-8", b"",
                             location=f"/{site.service}{reply.path}")
     if isinstance(reply, Blob):
-        return PageResponse(200, reply.content_type, reply.data)
+        kind = image_type(reply.data)
+        if kind is None:
+            return _page(Page("Not an image", markup(
+                "<p>{} is not a still image (PNG, JPEG, GIF or WebP).</p>", request.path),
+                404), site)
+        return PageResponse(200, kind, reply.data)
     return _page(reply, site)
 
 
+# Image types by their first bytes: a world's photo is served as what it is, never as a
+# document (HTML, SVG) whatever its row says.
+IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"),
+               (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+
+
+def image_type(data: bytes) -> str | None:
+    """The image type `data` is, by its bytes; None for anything else."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in IMAGE_MAGIC if data.startswith(magic)), None)
+
+
 def _index(sites: Mapping[str, Site]) -> Page:
-    items = "".join(f'<li><a href="/{esc(s.service)}/">{esc(s.title)}</a> '
-                    f'<span class="muted">({esc(s.service)})</span></li>'
-                    for s in sorted(sites.values(), key=lambda s: s.service))
-    return Page("Apps", f"<h1>Apps</h1><ul class=\"apps\">{items}</ul>")
+    items = Markup().join(markup('<li><a href="/{}/">{}</a> <span class="muted">({})</span>'
+                                 "</li>", s.service, s.title, s.service)
+                          for s in sorted(sites.values(), key=lambda s: s.service))
+    return Page("Apps", markup('<h1>Apps</h1><ul class="apps">{}</ul>', items))
 
 
 def _page(page: Page, site: Site | None) -> PageResponse:
-    nav = "" if site is None else "".join(
-        f'<a href="/{esc(site.service)}{esc(path)}">{esc(label)}</a>' for label, path in site.nav)
-    brand = ("Apps" if site is None
-             else f'<a class="brand" href="/{esc(site.service)}/">{esc(site.title)}</a>')
+    nav = Markup() if site is None else Markup().join(
+        markup('<a href="/{}{}">{}</a>', site.service, path, label) for label, path in site.nav)
+    brand = (Markup("Apps") if site is None
+             else markup('<a class="brand" href="/{}/">{}</a>', site.service, site.title))
     title = page.title if site is None else f"{page.title} · {site.title}"
-    document = (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-                f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-                f'<header><a class="home" href="/">☰ Apps</a> {brand}<nav>{nav}</nav></header>'
-                f"<main>{page.body}</main></body></html>")
+    body = page.body if isinstance(page.body, Markup) else Markup(page.body)
+    document = markup('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+                      "<title>{}</title><style>{}</style></head><body>"
+                      '<header><a class="home" href="/">☰ Apps</a> {}<nav>{}</nav></header>'
+                      "<main>{}</main></body></html>", title, STYLE, brand, nav, body)
     return PageResponse(page.status, "text/html; charset=utf-8", document.encode("utf-8"))
 
 
 # One style sheet for every site: the bundled font only, no transition or animation, so a
-# page renders the same on every machine.
-STYLE = """
+# page renders the same on every machine (the instances' browser stops animation time too).
+STYLE = Markup("""
 @font-face{font-family:W;src:url(/_static/DejaVuSans.ttf);font-weight:400;font-display:block}
 @font-face{font-family:W;src:url(/_static/DejaVuSans-Bold.ttf);font-weight:700;
 font-display:block}
-*{box-sizing:border-box;font-family:W;animation:none!important;transition:none!important;
-caret-color:transparent}
+*,*::before,*::after{box-sizing:border-box;font-family:W;animation:none!important;
+transition:none!important;caret-color:transparent}
 body{margin:0;font-size:15px;line-height:1.4;color:#1d2327;background:#f4f5f7}
 header{display:flex;gap:18px;align-items:center;padding:10px 18px;background:#23313f;
 color:#fff}
@@ -416,4 +490,4 @@ button{background:#1a5fb4;color:#fff;border-color:#1a5fb4;font-weight:700}
 .thumb{width:160px;height:120px;border:1px solid #d5d9de;background:#fff}
 .msg{background:#fff;border:1px solid #d5d9de;padding:8px 10px;margin:0 0 8px}
 .msg .who{font-weight:700}.msg.mine{background:#e8f1fb}
-"""
+""")

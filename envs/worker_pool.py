@@ -12,8 +12,11 @@ idle for ``idle_s`` are stopped, all but one). ``WorkerPool`` holds them per app
 What the worker sees: a new root with the system's ``/usr`` and ``/lib*``, the Python
 installation at ``/opt/python``, the virtual environment's site-packages at ``/opt/site``
 and the project's packages under ``/opt/src`` (all read-only), and a private ``/tmp``
-(tmpfs). It runs as the sandbox's unprivileged user (``envs.sandbox.sandbox_ids``: as root,
-the dedicated system user), so no file of the host is writable there, and no instance
+(tmpfs); the kernel's entropy and clock files (``MASKED``: ``/dev/urandom``,
+``/proc/sys/kernel/random/uuid``, ``/proc/uptime``...) cannot be opened, and every worker
+has the same str hash seed, so what the app code writes cannot come from them. It runs as
+the sandbox's unprivileged user (``envs.sandbox.sandbox_ids``: as root, the dedicated
+system user), so no file of the host is writable there, and no instance
 directory, snapshot or store is there at all. A call's database reaches it as a file
 descriptor: on the first call of an instance in that worker (after ``forget``, or after
 another instance's call), this process opens the instance's database itself, read-write, or
@@ -21,6 +24,16 @@ the snapshot's read-only while a lazy instance has no copy, and sends the descri
 Unix socket (SCM_RIGHTS) with the request; the worker then drops the one it held (see
 ``envs.app_worker``). So while a call runs, the worker process holds no database but that
 instance's, and a database is held by at most one worker at a time.
+
+A snapshot's database is never handed as a descriptor of the cache's file: on a host that
+does not run as root the worker's uid owns that file, and could re-mode it through the
+descriptor (``fchmod``) and reopen it for writing (``/proc/self/fd/N``), changing the
+snapshot every instance and ``verify`` read. The worker gets a read-only open of a sealed
+copy instead (``_SealedCopies``: a memfd sealed against writes, growth, shrinking and new
+seals), which nobody can change, whoever owns it and however it is reopened or mapped. The
+copy is made once per snapshot file and kept while the copies fit in
+``SEALED_COPIES_MAX_BYTES`` (least recently handed dropped first); a handover of a kept
+copy costs a ``dup``.
 
 Requests and replies travel on a stream socket made for that one request and handed over
 with it; a reply must be one frame carrying the request's id, then the end of the stream
@@ -31,7 +44,10 @@ and its stdout and stderr go to a log file here, whose tail explains a crash.
 
 No network (only a private loopback), new pid/ipc/uts/cgroup/user namespaces, no nested
 user namespaces, every capability dropped, no new privileges, and ``prlimit`` bounds on
-address space, CPU seconds, file size and open files. A call that outlives ``timeout_s``
+address space, CPU seconds, file size and open files, and on the processes and threads of
+the worker's sandbox (``max_procs``, counted for that sandbox alone: ``envs.sandbox``), so a
+call that hoards them or forks a bomb starves no other worker, shell, verifier or browser.
+A call that outlives ``timeout_s``
 (or a worker that dies) gets an error result; the worker is killed and another serves the
 next call. A worker whose call left a thread, a process or a timer running is replaced too.
 """
@@ -41,6 +57,7 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
@@ -52,6 +69,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +100,10 @@ SITE_AT = "/opt/site"
 SRC_AT = "/opt/src"
 PACKAGES = ("envs", "replay", "worldstore")
 SYSTEM_PATHS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32")
+# Kernel files a worker reads no world from: fresh entropy or the machine's clock on every
+# read. /dev/null bound read-only (nodev) over each: opening one fails, for every reader.
+MASKED = ("/proc/sys/kernel/random/uuid", "/proc/sys/kernel/random/boot_id",
+          "/proc/uptime", "/proc/loadavg", "/dev/urandom", "/dev/random")
 log = logging.getLogger(__name__)
 
 
@@ -92,6 +114,9 @@ class WorkerLimits:
     cpu_s: int = 600  # CPU seconds for the worker's whole life (it restarts when hit)
     memory_mib: int = 2048  # address space
     max_file_mib: int = 256
+    # Processes and threads of one worker's sandbox (its own count: envs.sandbox), so a
+    # call that hoards them or forks a bomb starves neither other workers nor other roles.
+    max_procs: int = 64
     max_workers: int = 16  # processes per app: calls at once beyond this wait for one
     idle_s: float = 300.0  # a worker idle this long is stopped (but an app's last one)
     # Processes kept started ahead of need, their imports done and no code loaded yet: a
@@ -153,15 +178,20 @@ class AppWorker:
         return SandboxPolicy(
             cwd="/tmp",
             rlimits=Rlimits(cpu_s=lim.cpu_s, memory_mib=lim.memory_mib,
-                            max_file_mib=lim.max_file_mib),
+                            max_file_mib=lim.max_file_mib, max_procs=lim.max_procs),
             system_paths=SYSTEM_PATHS,
             tmpfs=(Tmpfs("/tmp", 64),),
             binds=(Bind(Path(prefix), PYTHON_AT), Bind(Path(site), SITE_AT),
                    *(Bind(Path(package), f"{SRC_AT}/{Path(package).name}")
-                     for package in packages)),
+                     for package in packages),
+                   *(Bind(Path("/dev/null"), masked) for masked in MASKED)),
+            # One str hash seed for every worker: hash() and set order of strings are the
+            # same in every process (envs.awm_adapter freezes the rest).
             env=(("PATH", f"{PYTHON_AT}/bin:/usr/bin:/bin"), ("PYTHONHOME", PYTHON_AT),
+                 ("PYTHONHASHSEED", "0"),
                  ("PYTHONPATH", f"{SRC_AT}:{SITE_AT}"), ("LD_LIBRARY_PATH", f"{PYTHON_AT}/lib"),
-                 ("PYTHONDONTWRITEBYTECODE", "1"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")),
+                 ("PYTHONDONTWRITEBYTECODE", "1"), ("HOME", "/tmp"), ("LANG", "C.UTF-8"),
+                 ("TZ", "UTC")),
             user=sandbox_ids())
 
     def argv(self, control_fd: int) -> list[str]:
@@ -236,13 +266,15 @@ class AppWorker:
                 self._stop()  # it may still hold the database: it must not outlive this
 
     def _open_handed(self, db: Path, source: Path) -> int:
-        """A descriptor of `source` to hand over: `db` itself read-write, or a snapshot's
-        database read-only. Refuses a database outside this worker's instances directory,
-        a symlink and anything but a regular file."""
+        """A descriptor of `source` to hand over: `db` itself read-write, or a sealed copy
+        of a snapshot's database read-only (never the cache's file). Refuses a database
+        outside this worker's instances directory, a symlink and anything but a regular
+        file."""
         if not Path(os.path.realpath(db)).is_relative_to(self.root):
             raise OSError(f"not under the worker's instances directory {self.root}")
-        flags = os.O_RDWR | os.O_CREAT if source == db else os.O_RDONLY
-        fd = os.open(source, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        if source != db:
+            return _SEALED.open(source)
+        fd = os.open(source, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError("not a regular file")
@@ -387,6 +419,88 @@ class AppWorker:
 
 
 _Started = tuple[subprocess.Popen[bytes], socket.socket, Any]  # process, control, log
+
+SEALED_COPIES_MAX_BYTES = 512 << 20
+_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+
+
+class _SealedCopies:
+    """Sealed in-memory copies of the read-only databases handed to workers, one per file
+    (by device, inode, size, mtime and ctime), kept while they fit in `max_bytes`: the
+    least recently handed is closed first (a worker holding it keeps its own open). A
+    copy bigger than `max_bytes` is made for each handover and not kept.
+
+    What is kept is a read-only open file of the copy, and a handover is a ``dup`` of it:
+    never a new open by path, which a worker that re-moded the copy (its uid may own it)
+    could make fail for every later worker. The open file is shared, but a reader of it
+    uses ``pread`` (the offset is never read) and nobody can write through it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._copies: OrderedDict[tuple[int, ...], tuple[int, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def open(self, path: Path) -> int:
+        """A new read-only descriptor of the sealed copy of the regular file `path`
+        (never followed if a symlink)."""
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError("not a regular file")
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            with self._lock:
+                kept = self._copies.get(key)
+                if kept is not None:
+                    self._copies.move_to_end(key)
+                    return os.dup(kept[0])
+            sealed = _sealed_copy(fd, st.st_size)
+        finally:
+            os.close(fd)
+        try:
+            return os.dup(sealed)
+        finally:
+            self._keep(key, sealed, st.st_size)
+
+    def _keep(self, key: tuple[int, ...], sealed: int, size: int) -> None:
+        with self._lock:
+            if key in self._copies or size > self.max_bytes:
+                os.close(sealed)  # another thread kept one first, or it would never fit
+                return
+            self._copies[key] = (sealed, size)
+            self._bytes += size
+            while self._bytes > self.max_bytes:
+                _, (oldest, freed) = self._copies.popitem(last=False)
+                os.close(oldest)
+                self._bytes -= freed
+
+    def close(self) -> None:
+        with self._lock:
+            copies, self._copies, self._bytes = list(self._copies.values()), OrderedDict(), 0
+        for sealed, _ in copies:
+            os.close(sealed)
+
+
+def _sealed_copy(fd: int, size: int) -> int:
+    """A read-only open file of a memfd holding the `size` bytes of the file `fd`, sealed:
+    no write, no change of size and no further seal, by anyone, through any descriptor
+    or mapping of it. It is opened read-only before anyone else can reach the memfd."""
+    memfd = os.memfd_create("agentworlds-snapshot-db", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        offset = 0
+        while offset < size:
+            sent = os.sendfile(memfd, fd, offset, size - offset)
+            if sent == 0:
+                raise OSError("the file shrank while it was copied")
+            offset += sent
+        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, _SEALS)
+        return os.open(f"/proc/self/fd/{memfd}", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(memfd)
+
+
+_SEALED = _SealedCopies(SEALED_COPIES_MAX_BYTES)
 
 
 def _spawn(argv: Callable[[int], list[str]]) -> _Started:

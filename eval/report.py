@@ -10,6 +10,11 @@ noise reads as noise.
 Both render from the ``metrics`` object of ``results.json`` (``eval.metrics`` computes it)
 and show only the keys it has; the error breakdown and the per-task table are counted from
 the trials themselves. The same results give the same bytes in every file.
+
+A run folder may come from someone else: ``results.json`` is read only as a regular file
+(never through a link, never a FIFO), and every file is written as a new file renamed
+into place, never through a link planted where it goes (``worldstore.folders``); all
+targets are checked before the first is written, so a refused report writes nothing.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from eval import plots
 from eval.contract import Results, TaskResult, decode_results
 from eval.errors import EvalError
 from eval.metrics import bootstrap_delta, compute_metrics, interfaces_key, per_task_success
+from worldstore.folders import check_writable, read_bytes, write_bytes
 
 RESULTS_FILE = "results.json"
 PLOTS_DIR = "plots"
+_MAX_RESULTS = 1 << 30  # a results file larger than this is not one a run wrote
 _DASH = "—"
 _DIFFICULTY_ORDER = ("trivial", "easy", "medium", "hard", "expert")
 
@@ -286,13 +293,15 @@ def load_results(run_dir: Path) -> Results:
     """A run folder's results; ``EvalError`` naming the folder or file when there is none
     or it is not a results file."""
     path = Path(run_dir) / RESULTS_FILE
-    if not path.is_file():
+    try:  # a link or a FIFO named results.json is refused, never followed nor opened
+        data = read_bytes(Path(run_dir), RESULTS_FILE, limit=_MAX_RESULTS)
+    except FileNotFoundError:
         raise EvalError(f"{run_dir}: no {RESULTS_FILE} here; is it a run folder "
-                        "(worldctl eval run --out RUN_DIR writes one)?")
-    try:
-        return decode_results(path.read_bytes())
+                        "(worldctl eval run --out RUN_DIR writes one)?") from None
     except OSError as exc:
         raise EvalError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        return decode_results(data)
     except msgspec.DecodeError as exc:
         raise EvalError(f"{path}: not a results file of eval.contract: {exc}") from exc
 
@@ -580,12 +589,19 @@ def _report_document(path: Path, results: Results) -> _Document:
                      [f"Run {results.run.run_id}, started {results.run.started}."], sections)
 
 
-def _write(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, str):
-        path.write_text(data, encoding="utf-8", newline="")
-    else:
-        path.write_bytes(data)
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def _write_all(files: Sequence[tuple[Path, str, str | bytes]]) -> None:
+    """Write (folder, name inside it, data) each as a new file renamed into place, never
+    through a link (``worldstore.folders``); every target is checked first, so a run
+    folder with a link or a folder where a file goes is refused with nothing written."""
+    for folder, rel, _data in files:
+        check_writable(folder, [rel])
+    for folder, rel, data in files:
+        folder.mkdir(parents=True, exist_ok=True)  # as named by the caller (--html, --md)
+        write_bytes(folder, rel, _bytes(data))
 
 
 def _rel_link(target: Path, start: Path) -> str:
@@ -604,22 +620,20 @@ def write_report(run_dir: Path, *, html: Path | None = None,
     html_path = html if html is not None else run_dir / "report.html"
     doc = _report_document(run_dir / RESULTS_FILE, results)
 
-    plot_paths = []
-    for section in doc.sections:
-        for plot in section.plots:
-            path = run_dir / PLOTS_DIR / f"{plot.name}.svg"
-            _write(path, plot.svg)
-            plot_paths.append(path)
+    plots_made = [(f"{PLOTS_DIR}/{plot.name}.svg", plot.svg)
+                  for section in doc.sections for plot in section.plots]
+    plot_paths = [run_dir / rel for rel, _svg in plots_made]
     links = {p.stem: _rel_link(p, md_path.parent) for p in plot_paths}
 
     rows = trial_rows(results)
     csv_path, parquet_path = run_dir / "trials.csv", run_dir / "trials.parquet"
-    _write(csv_path, _trials_csv(rows))
     buffer = io.BytesIO()
     trial_frame(results).write_parquet(buffer, compression="zstd", statistics=True)
-    _write(parquet_path, buffer.getvalue())
-    _write(md_path, _render_md(doc, links))
-    _write(html_path, _render_html(doc))
+    _write_all([*((run_dir, rel, svg) for rel, svg in plots_made),
+                (run_dir, csv_path.name, _trials_csv(rows)),
+                (run_dir, parquet_path.name, buffer.getvalue()),
+                (md_path.parent, md_path.name, _render_md(doc, links)),
+                (html_path.parent, html_path.name, _render_html(doc))])
     return ReportFiles(md=md_path, html=html_path, csv=csv_path, parquet=parquet_path,
                        plots=tuple(plot_paths))
 
@@ -819,10 +833,9 @@ def write_comparison(run_dirs: Sequence[Path], *, html: Path | None = None,
     deltas, notes = _compare_deltas(paths, runs, labels, samples, seed)
     doc = _comparison_document(paths, runs, labels, deltas, notes)
     markdown = _render_md(doc, {})
-    if md is not None:
-        _write(md, markdown)
-    if html is not None:
-        _write(html, _render_html(doc))
+    _write_all([(path.parent, path.name, data) for path, data in
+                ((md, markdown), (html, _render_html(doc) if html is not None else ""))
+                if path is not None])
     return Comparison(deltas=tuple(deltas), markdown=markdown, md=md, html=html)
 
 

@@ -12,7 +12,14 @@ A trial's id is the digest of the run's id (everything that decides the trials: 
 tasks and their world hashes, k, hinted, step and history limits, the protocol), its task
 and its number, so a run killed at any point resumes where it stopped: finished trials are read
 back, never run again, and a run folder made by another configuration is refused rather
-than mixed. Trials run ``concurrency`` at a time in threads; a trial that raises (its
+than mixed. A trial file is a claim, not a fact: it is read back only when the store holds
+its episode (stored under the id its content gives, of its task, by this agent, from the
+task's world) and grading that episode again gives the trial's verdict; any other trial
+runs again, so an edited folder cannot report successes the store does not back. The
+folder may be someone else's: nothing in it is followed or opened unless it is a regular
+file, and every write is a new file renamed into place (``worldstore.folders``).
+
+Trials run ``concurrency`` at a time in threads; a trial that raises (its
 instance, sandbox, model or verifier failed) is recorded as lost, never dropped. A lost
 trial measured nothing, so running the folder again runs it again (after the key or
 endpoint was fixed, say) instead of reading it back.
@@ -27,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -38,6 +44,7 @@ from typing import Protocol
 
 import msgspec
 
+from envs.episodes_store import content_id, load_episode
 from envs.instance import Environment
 from eval.contract import Results, RunInfo, TaskResult, Trial, encode_results
 from eval.errors import EvalError
@@ -46,12 +53,23 @@ from eval.protocols import protocol
 from gates.agents import Agent, parse_agent_spec, scripted
 from gates.contract import AnswerStep, Rollout
 from gates.rewards import wildawm_reward
-from gates.rollout import open_task_instance, run_rollout, task_w0
+from gates.rollout import open_task_instance, run_rollout, task_w0, verify_episode_of_task
 from gates.task import Task, step_interface
 from worldstore.canonical import digest_of
-from worldstore.errors import WorldError
+from worldstore.errors import FolderError, WorldError
+from worldstore.folders import (
+    FILE,
+    check_writable,
+    entry_kind,
+    list_entries,
+    make_dirs,
+    read_bytes,
+    read_file,
+    write_bytes,
+)
 
 RUN_FILE, RESULTS_FILE, TRIALS_DIR = "run.json", "results.json", "trials"
+_MAX_FILE = 1 << 30  # no run.json or trial file a run writes is larger
 
 
 @dataclass(frozen=True)
@@ -124,8 +142,8 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
     _refuse_interfaces_not_offered(config, ordered)
     _refuse_missing_worlds(env, ordered)
     info = _start(out, config, ordered, sources)
-    done = _finished(out, info.run_id)
     chosen = agent or make_agent(config)
+    done = _finished(env, out, info.run_id, ordered, chosen.name, config.k)
     _warm(env, ordered)
     todo = [(task, n) for task in ordered for n in range(config.k)
             if (task.task_id, n) not in done]
@@ -213,14 +231,19 @@ def _start(out: Path, config: EvalConfig, tasks: Sequence[Task],
     run_id = run_id_of(config, tasks)
     spec = parse_agent_spec(config.agent)
     path = out / RUN_FILE
-    if path.exists():
+    if out.is_symlink() and not out.exists():  # mkdir would fail on it, or make it elsewhere
+        raise EvalError(f"--out {out}: a symlink to nothing; give a folder")
+    # Every file the run will write is checked first: a link, a folder or a FIFO where
+    # one goes refuses the run before it writes anything (worldstore.folders).
+    check_writable(out, [RUN_FILE, RESULTS_FILE, f"{TRIALS_DIR}/{run_id}.json"])
+    if entry_kind(out, RUN_FILE) is not None:
         found = load_run_info(path)
         if found.run_id != run_id:
             raise EvalError(f"{path}: this folder holds run {found.run_id} of agent "
                             f"{found.agent} (k={found.k}); this configuration is run "
                             f"{run_id}: use another --out")
         return found
-    if out.exists() and any(out.iterdir()):
+    if list_entries(out):
         raise EvalError(f"{out}: not empty and not a run folder (no {RUN_FILE}); use "
                         "another --out")
     info = RunInfo(run_id=run_id, agent=config.agent,
@@ -229,31 +252,67 @@ def _start(out: Path, config: EvalConfig, tasks: Sequence[Task],
                    history=config.history, concurrency=config.concurrency,
                    tasks_source=list(sources), started=_now(), api_base=config.api_base,
                    protocol=config.protocol)
-    (out / TRIALS_DIR).mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, msgspec.json.format(msgspec.json.encode(info, order="sorted"),
-                                            indent=2) + b"\n")
+    out.mkdir(parents=True, exist_ok=True)  # the folder named by --out, as named
+    make_dirs(out, TRIALS_DIR)
+    write_bytes(out, RUN_FILE, msgspec.json.format(msgspec.json.encode(info, order="sorted"),
+                                                   indent=2) + b"\n", durable=True)
     return info
 
 
 def load_run_info(path: Path) -> RunInfo:
+    """A run folder's run.json (never through a link, never a special file)."""
     try:
-        return msgspec.json.decode(path.read_bytes(), type=RunInfo)
-    except (OSError, msgspec.DecodeError) as exc:
+        return msgspec.json.decode(read_file(path, limit=_MAX_FILE), type=RunInfo)
+    except (OSError, FolderError, msgspec.DecodeError) as exc:
         raise EvalError(f"{path}: not a run file ({exc})") from None
 
 
-def _finished(out: Path, run_id: str) -> dict[tuple[str, int], Trial]:
-    """The trials a killed run finished (a torn write never exists: see _write_atomic),
-    but not the lost ones: they measured nothing and are run again."""
+def _finished(env: Environment, out: Path, run_id: str, tasks: Sequence[Task],
+              agent: str, k: int) -> dict[tuple[str, int], Trial]:
+    """The trials a killed run finished (a torn write never exists: see write_bytes),
+    but not the lost ones: they measured nothing and are run again. A trial file is only
+    a claim: it counts when the store holds its episode, of its task by this agent, from
+    the task's world, under the id its content gives, and grading that episode again
+    gives the trial's verdict (see _holds); any other is run again."""
+    by_id = {t.task_id: t for t in tasks}
     found: dict[tuple[str, int], Trial] = {}
-    for path in sorted((out / TRIALS_DIR).glob("*.json")):
+    for name, kind in list_entries(out, TRIALS_DIR):
+        if kind != FILE or not name.endswith(".json"):
+            continue  # a link or a FIFO planted there is never opened
         try:
-            stored = msgspec.json.decode(path.read_bytes(), type=_StoredTrial)
-        except msgspec.DecodeError:
+            stored = msgspec.json.decode(read_bytes(out, f"{TRIALS_DIR}/{name}",
+                                                    limit=_MAX_FILE), type=_StoredTrial)
+        except (msgspec.DecodeError, FolderError):
             continue  # torn by a power loss (trial files are not fsynced): run it again
-        if stored.run_id == run_id and not stored.trial.env_error:
-            found[(stored.task_id, stored.trial.trial)] = stored.trial
+        task = by_id.get(stored.task_id)
+        key = (stored.task_id, stored.trial.trial)
+        if (stored.run_id != run_id or stored.trial.env_error or task is None
+                or stored.trial.trial not in range(k) or key in found
+                or name != f"{_trial_name(run_id, stored.task_id, stored.trial.trial)}.json"):
+            continue
+        if _holds(env, task, agent, stored.trial):
+            found[key] = stored.trial
     return found
+
+
+def _holds(env: Environment, task: Task, agent: str, trial: Trial) -> bool:
+    """Whether the store backs a trial read back from a file: its episode is stored under
+    the id its content gives, was run by `agent` on `task` from the task's world, and
+    grading it again gives the trial's verdict (V, checks, success)."""
+    try:
+        episode = load_episode(env.worlds, trial.episode_id)
+    except WorldError:
+        return False
+    if (content_id(episode) != trial.episode_id or episode.task != task.task_id
+            or episode.agent != agent or episode.world_hash != task.spec.world_hash):
+        return False
+    try:
+        verdict = verify_episode_of_task(env.worlds, task, trial.episode_id)
+    except WorldError:
+        return False
+    return (not verdict.is_error and int(verdict.passed) == trial.V
+            and trial.checks == [c.passed for c in verdict.checks]
+            and trial.success == (verdict.passed and not trial.format_error))
 
 
 def _refuse_all_lost(trials: Sequence[Trial], out: Path) -> None:
@@ -275,9 +334,12 @@ def _refuse_all_lost(trials: Sequence[Trial], out: Path) -> None:
 def _save_trial(out: Path, run_id: str, task_id: str, trial: Trial) -> None:
     """Written whole or not at all for a killed process (a rename); not fsynced, since a
     trial file is a cache of work: one torn by a power loss is run again."""
-    name = digest_of([run_id, task_id, trial.trial])
     data = msgspec.json.encode(_StoredTrial(run_id, task_id, trial), order="sorted")
-    _write_atomic(out / TRIALS_DIR / f"{name}.json", data, durable=False)
+    write_bytes(out, f"{TRIALS_DIR}/{_trial_name(run_id, task_id, trial.trial)}.json", data)
+
+
+def _trial_name(run_id: str, task_id: str, n: int) -> str:
+    return digest_of([run_id, task_id, n])
 
 
 def _write_results(out: Path, info: RunInfo, tasks: Sequence[Task],
@@ -287,18 +349,8 @@ def _write_results(out: Path, info: RunInfo, tasks: Sequence[Task],
                           trials=[done[(t.task_id, n)] for n in range(info.k)])
                for t in tasks]
     full = Results(run=info, tasks=results, metrics=compute_metrics(results))
-    _write_atomic(out / RESULTS_FILE, encode_results(full))
+    write_bytes(out, RESULTS_FILE, encode_results(full), durable=True)
     return full
-
-
-def _write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as handle:
-        handle.write(data)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(partial, path)
 
 
 def _refuse_repeats(tasks: Sequence[Task]) -> None:

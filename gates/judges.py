@@ -61,6 +61,7 @@ from llm.client import (
 from llm.errors import LLMCallError, NoModel
 from replay.engine import Worlds
 from replay.layout import iter_workspace, list_services, service_db, workspace_path
+from replay.sqlite import refuse_host_time_zone
 from worldstore.errors import ConfigError, PathError
 
 NOT_RUN_REASON = "no model configured"
@@ -548,13 +549,15 @@ _ALLOWED = {apsw.SQLITE_SELECT, apsw.SQLITE_READ, apsw.SQLITE_FUNCTION,
 
 def _read_only(path: Path) -> apsw.Connection:
     """A connection that cannot change anything: a read-only, immutable URI, an
-    authorizer that allows only reading, and a budget of VM steps per statement."""
+    authorizer that allows only reading, and a budget of VM steps per statement; its date
+    functions refuse the host's time zone."""
     uri = f"file:{quote(str(path))}?mode=ro&immutable=1"
     try:
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     except apsw.Error as exc:
         raise InspectionRefused(f"{path}: cannot open read-only: {exc}") from None
     conn.set_authorizer(lambda op, *_: apsw.SQLITE_OK if op in _ALLOWED else apsw.SQLITE_DENY)
+    refuse_host_time_zone(conn)
     budget = [MAX_QUERY_STEPS // _STEP_CHUNK]
 
     def spend() -> bool:

@@ -35,7 +35,8 @@ from gates.contract import (
 )
 from gates.errors import TaskError
 from packs.registry import PACK_FILE, load_pack
-from worldstore.errors import ConfigError
+from worldstore.errors import ConfigError, FolderError
+from worldstore.folders import refuse_links
 from worldstore.jsonfile import decode_json_file
 
 SPEC_FILE = "task.json"
@@ -82,6 +83,10 @@ def load_task(path: str | Path) -> Task:
     root = Path(path)
     if not root.is_dir():
         raise TaskError("not a task folder (no such directory)", file=str(root))
+    try:  # a task folder is data: a link or a FIFO in it is refused, never followed
+        refuse_links(root, max_entries=100_000)
+    except FolderError as exc:
+        raise TaskError(str(exc), file=str(root)) from None
     spec = decode_json_file(root / SPEC_FILE, TaskSpec, TaskError)
     _check_spec(root / SPEC_FILE, spec)
     _check_absent(root, spec)

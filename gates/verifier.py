@@ -13,8 +13,11 @@ driver reports each script's status and output on its own stdout, and the runner
 them into a ``Verdict`` (gates.contract). What a script sees is listed in the SDK's
 docstring: ``/w0``, ``/w``, ``/answer.txt``, ``/verifier`` and ``/sdk``, all read-only
 (``/verifier`` writable on request, for the counterfactual probe), and a scratch
-``/workspace``. Why a script cannot write another script's report is said where the
-driver is (the end of the SDK module).
+``/workspace``, a tmpfs of ``tmp_mib`` (``Limits.workspace_mib``) like /tmp and /dev/shm,
+so what a verifier writes is bounded and never reaches the host's disk. The verifier
+folder comes last on a script's module path, after the standard library and the SDK.
+Why a script cannot write another script's report is said where the driver is (the end
+of the SDK module).
 
 Two kinds of failure are kept apart (one error boundary per layer):
 
@@ -117,12 +120,14 @@ VERIFIER_LIMITS = Limits(timeout_s=10.0, cpu_s=10, memory_mib=512, max_procs=64,
                          max_output_bytes=64 * 1024, max_file_mib=16, tmp_mib=32)
 
 # Runs as `python -I -S -B -c DRIVER CONFIG`: -I drops PYTHONPATH and the working
-# directory from sys.path, so the SDK and the verifier's helpers go in by hand, before the
-# SDK, which holds the driver, is imported.
+# directory from sys.path (-P), so the path is the standard library's, and the SDK goes
+# in after it. The verifier folder is never on the driver's path: each script's process
+# puts it last (``awsdk._run_child``), so no file of a verifier folder is ever imported in
+# place of a module of the standard library or the SDK, by the driver or by a script.
 DRIVER = (
     "import json, sys\n"
     "config = json.loads(sys.argv[1])\n"
-    "sys.path[:0] = [config['sdk'], config['verifier']]\n"
+    "sys.path.append(config['sdk'])\n"
     "import awsdk\n"
     "awsdk._drive(config)\n"
 )
@@ -133,7 +138,7 @@ AWM_DRIVER = (
     "import json, runpy, sys\n"
     f"sys.stderr.write({STARTED!r} + '\\n')\n"
     "sys.stderr.flush()\n"
-    f"sys.path[:0] = [{SDK_AT!r}]\n"
+    f"sys.path.append({SDK_AT!r})\n"
     f"module = runpy.run_path('{AWM_AT}/verify.py', run_name='awm_verify')\n"
     "verify = module.get('verify_task')\n"
     "if not callable(verify):\n"
@@ -235,7 +240,7 @@ def run_verifier(verifier_dir: Path, w0: Path, w: Path, answer: str | None, *,
     for path in (verifier_dir, w0, w, sdk_folder()):
         _require_readable(path)
     box = sandbox or default_sandbox()
-    lim = limits or VERIFIER_LIMITS
+    lim = _scratch_in_memory(limits or VERIFIER_LIMITS)
     whole = _run_limits(lim, len(names), parallel)
     served = None
     if scratch is not None and not writable_verifier:
@@ -319,7 +324,7 @@ def run_awm_verify(code: str | Path, initial_db: Path, final_db: Path, *,
             raise SandboxError(f"{db}: no such database file")
         _require_readable(db)
     box = sandbox or default_sandbox()
-    lim = limits or VERIFIER_LIMITS
+    lim = _scratch_in_memory(limits or VERIFIER_LIMITS)
     with tempfile.TemporaryDirectory(prefix="agentworlds-awm-") as staging:
         script = Path(staging) / "verify.py"
         script.write_text(source, encoding="utf-8")
@@ -428,6 +433,12 @@ def _sandbox_python() -> str:
 
 def _python_command(code: str, *args: str) -> str:
     return shlex.join(["exec", _sandbox_python(), "-I", "-S", "-B", "-c", code, *args])
+
+
+def _scratch_in_memory(limits: Limits) -> Limits:
+    """`limits` with ``/workspace`` a tmpfs (``tmp_mib`` unless sized already): what a
+    verifier writes is bounded and never reaches the host's disk."""
+    return dataclasses.replace(limits, workspace_mib=limits.workspace_mib or limits.tmp_mib)
 
 
 def _run_limits(per_script: Limits, n: int, parallel: int) -> Limits:

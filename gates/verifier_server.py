@@ -7,11 +7,18 @@ synthesis' verifier checks pay it again. A server is that sandbox and that drive
 the runner stages a run's worlds, verifier and answer where the server sees them, the
 driver (``awsdk._drive`` serving) forks the scripts as for a one-run sandbox, then ends
 what they left (processes, files under /tmp, /dev/shm and /workspace, System V IPC
-objects) before it says the job is done; a server that could not clean up is stopped.
+objects) and compares what it cannot restore with what it was before the first job (its
+own rlimits, scheduling, signal state, descriptors and modules, which a script can change
+from outside or the driver could take from a job, and the sandbox's sockets) before it
+says the job is done; a server that could not clean up, or that a job changed, is stopped.
+Kernel keyrings are closed to every process of a verifier sandbox (``awsdk``), so none
+carries a key from one job to the next.
 
 What a script sees is what a one-run sandbox shows it: ``/w0``, ``/w``, ``/verifier``
-and ``/answer.txt`` read-only at the same paths, a scratch ``/workspace``, the same
-limits per process. A server's binds are fixed when it starts, so each run's trees are
+and ``/answer.txt`` read-only at the same paths, a scratch ``/workspace`` (a tmpfs of its
+own, as in a one-run sandbox), the same limits per process, the same modules: neither
+driver ever has the verifier folder on its module path, and a script has it last, after
+the standard library and the SDK. A server's binds are fixed when it starts, so each run's trees are
 *staged* into the server's own directories: hardlinked entry by entry (directories made
 with their source's mode and owner; files, symlinks and special files linked, never
 followed nor opened), which needs the server's directory on the worlds' file system —
@@ -25,9 +32,8 @@ so what was listed is what is linked.
 A run is served only when that gives the verdict a one-run sandbox gives; otherwise it
 runs in a sandbox of its own as before: a writable verifier (the counterfactual probe), a
 sandbox other than bubblewrap, a tree that cannot be linked (another file system, over
-``STAGE_MAX_ENTRIES`` entries), a verifier folder holding a module the server's driver
-has imported already (the one-run driver would import that file instead), or a server
-that fails to start (the one-run sandbox then says why). A run that times out, floods
+``STAGE_MAX_ENTRIES`` entries), or a server that fails to start (the one-run sandbox then
+says why). A run that times out, floods
 its output, or whose driver a script killed, is judged as in a one-run sandbox, and the
 server is stopped. A server also retires after ``MAX_JOBS`` jobs or once its driver has
 used half its CPU limit, and idles at most ``IDLE_S`` seconds; at most ``MAX_IDLE`` wait
@@ -97,6 +103,8 @@ class _Server:
         self.root = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-verifier-", dir=scratch))
         self.proc: subprocess.Popen[bytes] | None = None
         try:
+            # "workspace" is only the sandbox's required directory: /workspace is a
+            # tmpfs (limits.workspace_mib, which gates.verifier always sets).
             for name in (*_TREES, "workspace"):
                 (self.root / name).mkdir(mode=0o755)
             self.answer = self.root / "answer.txt"
@@ -108,7 +116,7 @@ class _Server:
             self.proc = box.start(shlex.join(["exec", *setup.argv]), self.root / "workspace",
                                   limits, setup.env, binds)
             self.stderr = bytearray()
-            self.modules = self._ready()
+            self._ready()
         except BaseException:
             self.close()
             raise
@@ -173,8 +181,8 @@ class _Server:
                            {"timeout": "timeout", "flood": "output limit"}.get(how),
                            seconds), False
 
-    def _ready(self) -> set[str]:
-        """Wait for the driver's ready line; the modules it has imported."""
+    def _ready(self) -> None:
+        """Wait for the driver's ready line."""
         _out, err, done, how = self._read_job(None, time.monotonic() + START_TIMEOUT_S,
                                               1 << 20)
         if done is None:
@@ -182,8 +190,6 @@ class _Server:
                                f"{err.decode(errors='replace')[-500:]}")
         if self.marker.encode() not in err:
             raise SandboxError("the verifier server started without its marker")
-        ready = done.get("ready")
-        return {str(name) for name in ready} if isinstance(ready, list) else set()
 
     def _read_job(self, job: int | None, deadline: float, cap: int
                   ) -> tuple[bytes, bytes, dict[str, object] | None, str]:
@@ -374,8 +380,7 @@ def run_served(box: Sandbox, limits: Limits, scratch: Path, setup: ServerSetup,
             return None
         registry.count(started=1)
     try:
-        staged = not _shadows(verifier_dir, server.modules) and server.stage(
-            verifier_dir, w0, w, answer)
+        staged = server.stage(verifier_dir, w0, w, answer)
     except OSError:  # its own directory is not what it was: this server is done
         server.close()
         return None
@@ -397,13 +402,6 @@ def run_served(box: Sandbox, limits: Limits, scratch: Path, setup: ServerSetup,
     else:
         server.close()
     return result
-
-
-def _shadows(verifier_dir: Path, modules: set[str]) -> bool:
-    """Whether the verifier folder holds a module by the name of one the server's driver
-    imported before any job (a one-run driver, whose path has the folder, would import
-    the folder's)."""
-    return any(name.partition(".")[0] in modules for name in os.listdir(verifier_dir))
 
 
 def servers_started() -> int:

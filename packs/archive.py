@@ -10,10 +10,12 @@ replaying the logs into a scratch store: the logs of a pack are self-contained (
 replay from nothing), so the hashes say what the pack *is*, not what some store held.
 
 Import reads the archive member by member (regular files only, no absolute or '..'
-paths, nothing the manifest does not list), checks sizes and digests, replays the logs in
-scratch and compares every persona-day with the manifest, checks that the store and the
-packs directory can take the pack as it is, and only then imports the logs and moves the
-folder into place. A refused archive leaves both exactly as they were.
+paths, no name listed both as a file and as a folder, nothing the manifest does not list),
+checks sizes and digests, replays the logs in scratch and compares every persona-day with
+the manifest, checks that the store and the packs directory can take the pack as it is,
+and only then imports the logs and moves the folder into place. A refused archive leaves
+both exactly as they were. Every file of a pack folder is opened as a regular file only,
+never through a link; the archive is written as a new file renamed over its name.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import msgspec
 from packs.errors import PackError
 from packs.registry import FORMAT, SHIPPED, Pack, load_pack_dir, pack_files
 from replay.engine import DayResult, Worlds
-from replay.files import copy_tree, remove_tree
+from replay.files import copy_tree, open_regular, read_chunks, remove_tree
 from worldstore.errors import WorldError
 from worldstore.store import DayRecord
 
@@ -97,8 +99,16 @@ def export_pack(worlds: Worlds, pack: Pack, dest: Path) -> PackManifest:
     spec = ManifestSpec(name=pack.name, format=FORMAT, files=entries,
                         worlds={key: h for key, (h, _) in replayed.hashes.items()})
     partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    # A new file (O_EXCL | O_NOFOLLOW) renamed over `dest`: a link planted at either name
+    # is replaced or refused, never written through.
     try:
-        with open(partial, "wb") as raw:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        raise PackError("something is in the way of the archive's temporary name",
+                        file=str(partial)) from None
+    try:
+        with open(fd, "wb") as raw:
             _write_archive(raw, spec, pack.root, files)
         os.replace(partial, dest)
     finally:
@@ -114,8 +124,7 @@ def _write_archive(raw: io.BufferedWriter, spec: ManifestSpec, root: Path,
         manifest = msgspec.json.encode(spec, order="deterministic") + b"\n"
         tar.addfile(_member(MANIFEST_FILE, len(manifest)), io.BytesIO(manifest))
         for rel in files:
-            path = root / rel
-            with open(path, "rb") as fh:
+            with open(open_regular(root / rel), "rb") as fh:  # never through a link
                 tar.addfile(_member(f"{spec.name}/{rel}", spec.files[rel].size), fh)
 
 
@@ -237,7 +246,11 @@ def _extract_checked(archive: Path, tar: tarfile.TarFile, member: tarfile.TarInf
     assert fh is not None
     digest = hashlib.sha256()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "wb") as out:
+    # The scratch folder is the project's own, and a name is unpacked once (checked above):
+    # a new file, never through anything already there.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    with open(fd, "wb") as out:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
             out.write(chunk)
@@ -267,11 +280,23 @@ def _decode_manifest(archive: Path, data: bytes) -> ManifestSpec:
         if not _SHA256.match(entry.sha256) or entry.size < 0:
             raise PackError("needs a sha256 (64 hex digits) and a size >= 0", file=where,
                             field=f"files.{rel}")
+    _refuse_file_and_folder(spec, where)
     for key, world_hash in spec.worlds.items():
         if not _DAY_KEY.match(key) or not _WORLD_HASH.match(world_hash):
             raise PackError(f"{key!r}: {world_hash!r} is not persona@day: world hash",
                             file=where, field=f"worlds.{key}")
     return spec
+
+
+def _refuse_file_and_folder(spec: ManifestSpec, where: str) -> None:
+    """A name listed both as a file and as a folder of another file (``world`` and
+    ``world/a.jsonl``) can be unpacked as neither: refused before anything is written."""
+    folders = {"/".join(rel.split("/")[:i]) for rel in spec.files
+               for i in range(1, rel.count("/") + 1)}
+    for rel in sorted(set(spec.files) & folders):
+        inside = next(other for other in sorted(spec.files) if other.startswith(f"{rel}/"))
+        raise PackError(f"{rel!r} is listed as a file and as the folder of {inside!r}",
+                        file=where, field=f"files.{rel}")
 
 
 def _load_staged(archive: Path, folder: Path) -> Pack:
@@ -389,7 +414,7 @@ def _import_logs(worlds: Worlds, pack: Pack, *, source_prefix: str
     for log in pack.worlds:
         source = f"{source_prefix}/{log.relative_to(pack.root).as_posix()}"
         try:
-            with open(log, "rb") as fh:
+            with open(open_regular(log), "rb") as fh:  # never through a link, never a FIFO
                 results.extend((r, source) for r in worlds.import_stream(fh, source=source))
         except WorldError as exc:
             raise PackError(f"pack {pack.name!r}: {exc}") from None
@@ -412,10 +437,9 @@ def _scratch_worlds(worlds: Worlds) -> Iterator[Worlds]:
 def _digest_file(path: Path) -> FileEntry:
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+    for chunk in read_chunks(path, _CHUNK):  # a regular file, never through a link
+        digest.update(chunk)
+        size += len(chunk)
     return FileEntry(sha256=digest.hexdigest(), size=size)
 
 

@@ -13,11 +13,17 @@ A pack is one folder per domain::
 Shipped packs are the folders of this package (``packs/demo/``); installed packs live in a
 directory the caller passes (the CLI's packs directory). A name found in both is refused
 rather than one shadowing the other, so a pack name always means one folder.
+
+A pack folder is data, wherever it came from: every path pack.json names is checked step
+by step with ``lstat`` and refused if any step is a symlink; pack.json, splits.json and
+task.json must be regular files (a FIFO is never opened); a task folder may not be a link.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,7 +33,7 @@ from typing import TypeVar
 import msgspec
 
 from packs.errors import PackError
-from replay.files import DIR, FILE, SYMLINK, walk
+from replay.files import DIR, FILE, SYMLINK, kind_of, walk
 from worldstore.jsonfile import decode_json_file
 
 SHIPPED = Path(__file__).resolve().parent
@@ -134,6 +140,7 @@ def load_pack_dir(folder: Path, *, shipped: bool) -> Pack:
     if not root.is_dir():
         raise PackError("not a pack folder (no such directory)", file=str(folder))
     spec_file = root / PACK_FILE
+    _refuse_unless_regular(spec_file, PACK_FILE)
     spec = decode_json_file(spec_file, PackSpec, PackError)
     _check_spec(spec_file, spec, root)
     tasks_dir = _inside(root, spec.tasks, spec_file, "tasks", want="dir")
@@ -238,24 +245,47 @@ def _inside(root: Path, value: str, file: Path, field_name: str, *, want: str) -
         raise bad("must be a relative path inside the pack (POSIX '/' separators)")
     if any(part in ("", ".", "..") for part in value.split("/")):
         raise bad("must not have empty, '.' or '..' segments")
-    path = root.joinpath(*posix.parts)
-    if not path.resolve().is_relative_to(root):
-        raise bad("leaves the pack folder (through a symlink)")
-    if want == "file" and not path.is_file():
+    path = root
+    for part in posix.parts:  # lstat every step: a pack is data, no link is followed
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            raise bad(f"is not a {'file' if want == 'file' else 'folder'} in the pack"
+                      ) from None
+        if stat.S_ISLNK(mode):
+            raise bad(f"leads through a symlink ({path}); a pack holds no links")
+    if want == "file" and not stat.S_ISREG(mode):
         raise bad("is not a file in the pack")
-    if want == "dir" and not path.is_dir():
+    if want == "dir" and not stat.S_ISDIR(mode):
         raise bad("is not a folder in the pack")
     return path
+
+
+def _refuse_unless_regular(path: Path, what: str) -> None:
+    """PackError unless `path` is a regular file (a link or a FIFO is never opened)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return  # the reader says it is missing
+    if not stat.S_ISREG(mode):
+        raise PackError(f"{what} is a {kind_of(mode)}, not a regular file; a pack holds "
+                        "no links or special files", file=str(path))
 
 
 def _task_names(tasks_dir: Path) -> tuple[str, ...]:
     names = []
     for child in sorted(tasks_dir.iterdir()):
-        if not child.is_dir() or child.name.startswith(".") or child.name in _GENERATED_DIRS:
+        mode = os.lstat(child).st_mode
+        if stat.S_ISLNK(mode):
+            raise PackError("a pack may not hold symlinks", file=str(child))
+        if not stat.S_ISDIR(mode) or child.name.startswith(".") \
+                or child.name in _GENERATED_DIRS:
             continue
         if not _NAME.match(child.name):
             raise PackError(f"{child.name!r} is not a task name ([a-z0-9][a-z0-9_-]*)",
                             file=str(child))
+        _refuse_unless_regular(child / TASK_FILE, TASK_FILE)
         if not (child / TASK_FILE).is_file():
             raise PackError(f"not a task folder (no {TASK_FILE})", file=str(child))
         names.append(child.name)
@@ -266,7 +296,7 @@ def _load_splits(root: Path, spec: PackSpec, tasks: tuple[str, ...],
                  spec_file: Path) -> dict[str, tuple[str, ...]]:
     if spec.splits is None:
         return {split: () for split in SPLITS}
-    file = _inside(root, spec.splits, spec_file, "splits", want="file")
+    file = _inside(root, spec.splits, spec_file, "splits", want="file")  # a regular file
     splits = decode_json_file(file, SplitsSpec, PackError)
     known = set(tasks)
     seen: dict[str, str] = {}  # task -> the split that has it

@@ -36,6 +36,9 @@ def list_services(root: Path) -> list[str]:
     names = []
     for entry in sorted(os.listdir(folder)):
         if entry.endswith(SIDECARS):
+            if not stat.S_ISREG(os.lstat(folder / entry).st_mode):  # SQLite would open it
+                raise WorldDirError(f"{folder / entry}: a database's journal that is not "
+                                    "a regular file (a link is never followed)")
             continue
         name = entry[: -len(DB_SUFFIX)] if entry.endswith(DB_SUFFIX) else ""
         # lstat: a symlink or a FIFO named like a database is refused, never opened.
@@ -54,6 +57,11 @@ def check_world_dir(root: Path) -> None:
                 f"{root / entry}: unexpected entry; a world holds only {SERVICES}/, "
                 f"{WORKSPACE}/ and {APPS}/"
             )
+        # lstat: services/ as a symlink into another folder would show that folder's
+        # databases as this world's (a checkout is data; nothing in it is followed).
+        if not stat.S_ISDIR(os.lstat(root / entry).st_mode):
+            raise WorldDirError(f"{root / entry}: not a folder (a symlink or a file); a "
+                                "world's parts are folders, never followed")
 
 
 def workspace_path(root: Path, relpath: str) -> Path:

@@ -18,11 +18,18 @@ project, so replay and hashing run the same SQL engine on every machine.
 * Determinism: an event must give the same world whatever the host's time zone, however
   the log was split into imports, whether its day was rebuilt from a cached snapshot,
   and on any machine. So SQL functions are allow-listed (no connection counters, build
-  facts, file offsets, pointers or libm-dependent math); ``date()`` and friends refuse
-  the ``localtime`` / ``utc`` modifiers; the TEMP schema is refused (it would outlive a
-  day inside one import only); virtual table modules are allow-listed (the eponymous
-  ``dbstat`` and ``carray`` are dropped); and no row may take rowid 2^63-1, beyond which
-  SQLite picks rowids at random. The builder resets ``last_insert_rowid()`` every day.
+  facts, file offsets, pointers or libm-dependent math); the TEMP schema is refused (it
+  would outlive a day inside one import only); virtual table modules are allow-listed
+  (the eponymous ``dbstat`` and ``carray`` are dropped); and no row may take rowid
+  2^63-1, beyond which SQLite picks rowids at random. The builder resets
+  ``last_insert_rowid()`` every day.
+* Time zone: the date function wrappers refuse every modifier that would make SQLite
+  convert with the host's time zone (``localtime`` and ``utc`` however spelt: any case,
+  a NUL after them, a blob, a value built at run time or read from a table). They parse
+  no modifier themselves: SQLite decides, on the value exactly as its date functions
+  read it, by evaluating it where SQLite refuses what depends on the environment (a
+  CHECK constraint; see ``reads_time_zone``). Judges' read-only connections get the same
+  refusal (``refuse_host_time_zone``); sandboxes run with ``TZ=UTC``.
 """
 
 from __future__ import annotations
@@ -436,46 +443,108 @@ def refuse_max_rowid(table: str) -> None:
             "table holds it, SQLite picks the rowid of every insert that names none at random")
 
 
-_TZ_MODIFIERS = frozenset({"localtime", "utc"})
 _MODIFIED_DATE_FUNCTIONS = ("date", "time", "datetime", "julianday", "unixepoch", "strftime",
                             "timediff")
 # CURRENT_DATE, CURRENT_TIME and CURRENT_TIMESTAMP are calls of these 0-argument functions,
 # which an application-defined function of the same name replaces (column defaults too).
 _CLOCK_KEYWORDS = ("current_date", "current_time", "current_timestamp")
 
+# --- the host's time zone ----------------------------------------------------------------
+#
+# SQLite's date functions read the host's time zone (TZ, /etc/localtime) for exactly the
+# modifiers whose parser asks sqlite3NotPureFunc first ('localtime' and 'utc' in this
+# SQLite): that is how SQLite itself refuses them where a result must not depend on the
+# environment (CHECK constraints, index expressions, generated columns). So the wrappers
+# parse no modifier: SQLite decides, on the value exactly as its date functions read it (a
+# text cut at its first NUL, any letter case, a blob's bytes as text), by evaluating it as
+# a modifier in a CHECK constraint on the private connection (``_PROBE``). Such a modifier
+# with spaces around it is refused too: SQLite would give NULL; the error says why instead.
+# Numbers and NULL are never asked: a number reads as digits, and NULL ends the function.
+_PROBE_TABLE = ("CREATE TABLE tz_probe(modifier, "
+                "CHECK (datetime('2000-01-01', modifier) IS NOT 0))")
+_PROBE = "REPLACE INTO tz_probe(rowid, modifier) VALUES (1, ?)"
+_TZ_DECISIONS: dict[str | bytes, bool] = {}  # a value -> whether SQLite reads a time zone
+_MAX_TZ_DECISIONS = 1 << 16  # (forgotten all at once when full: a decision is cheap to redo)
+_MAX_REMEMBERED = 64  # characters (or bytes) of a value whose decision is kept
 
-class _BuiltinDates(threading.local):
-    conn: apsw.Connection | None = None
+
+class _PrivateDates(threading.local):
+    """This thread's plain in-memory connections whose date functions are SQLite's own:
+    the wrappers below hand every call they accept to one (a cursor each, kept: a call
+    is one run of a cached statement)."""
+
+    frozen: apsw.Cursor | None = None  # on the frozen VFS
+    probe: apsw.Cursor | None = None  # the same connection, for ``_PROBE``
+    host: apsw.Cursor | None = None  # on SQLite's default VFS: the host's clock
 
 
-_BUILTIN_DATES = _BuiltinDates()
+_PRIVATE = _PrivateDates()
 
 
-def _builtin_dates() -> apsw.Connection:
-    """This thread's plain connection on the frozen VFS, whose date functions are
-    SQLite's own: the wrappers below hand every call they accept to it."""
-    conn = _BUILTIN_DATES.conn
-    if conn is None:
-        conn = _BUILTIN_DATES.conn = apsw.Connection(":memory:", vfs=FROZEN_VFS)
-    return conn
+def _frozen_dates() -> apsw.Cursor:
+    cursor = _PRIVATE.frozen
+    if cursor is None:
+        _ensure_vfs()  # (a judge's connection may be the process's first)
+        conn = apsw.Connection(":memory:", vfs=FROZEN_VFS)
+        conn.execute(_PROBE_TABLE)
+        conn.execute("BEGIN")  # never committed: a probe writes one row and nothing commits
+        _PRIVATE.probe = conn.cursor()
+        cursor = _PRIVATE.frozen = conn.cursor()
+    return cursor
 
 
-def _date_function(name: str) -> Callable[..., Any]:
+def _host_clock_dates() -> apsw.Cursor:
+    cursor = _PRIVATE.host
+    if cursor is None:
+        cursor = _PRIVATE.host = apsw.Connection(":memory:").cursor()
+    return cursor
+
+
+def reads_time_zone(modifier: object) -> bool:
+    """Whether SQLite's date functions, given `modifier` as a modifier, would convert with
+    the host's time zone (or it is such a modifier with spaces around it)."""
+    known: bool | None = _TZ_DECISIONS.get(modifier)  # type: ignore[call-overload]
+    if known is None:
+        if type(modifier) is not str and type(modifier) is not bytes:
+            return False
+        bare = modifier.strip()
+        known = _sqlite_reads_time_zone(modifier) or (
+            bare != modifier and _sqlite_reads_time_zone(bare))
+        if len(modifier) <= _MAX_REMEMBERED:
+            if len(_TZ_DECISIONS) >= _MAX_TZ_DECISIONS:
+                _TZ_DECISIONS.clear()
+            _TZ_DECISIONS[modifier] = known
+    return known
+
+
+def _sqlite_reads_time_zone(modifier: str | bytes) -> bool:
+    probe = _PRIVATE.probe
+    if probe is None:
+        _frozen_dates()
+        probe = _PRIVATE.probe
+        assert probe is not None
+    try:
+        probe.execute(_PROBE, (modifier,))
+    except apsw.SQLError:  # "non-deterministic use of datetime() in a CHECK constraint"
+        return True
+    return False
+
+
+def _date_function(name: str, private: Callable[[], apsw.Cursor]) -> Callable[..., Any]:
     queries = {n: f"SELECT {name}({', '.join('?' * n)})" for n in range(8)}
 
     def call(*args: Any) -> Any:
-        for arg in args[1:]:
-            text = arg.decode(errors="replace") if isinstance(arg, bytes) else arg
-            if isinstance(text, str) and text.strip().lower() in _TZ_MODIFIERS:
-                reason = (f"{name}() with the {text.strip()!r} modifier is not allowed: it "
-                          "converts with the host's time zone (TZ), so the world would depend "
-                          "on where it was built; the frozen clock is UTC")
+        for arg in args[1:]:  # (strftime's time value too: no value is both)
+            if reads_time_zone(arg):
+                reason = (f"{name}() with the {arg!r} modifier is not allowed: it converts "
+                          "with the host's time zone (TZ), so the result would depend on "
+                          "where it runs; the frozen clock is UTC")
                 _THREAD.clock.denied = reason
                 raise apsw.SQLError(reason)
         query = queries.get(len(args)) or f"SELECT {name}({', '.join('?' * len(args))})"
-        for (value,) in _builtin_dates().execute(query, args):
-            return value
-        return None
+        # (run to its end: the statement is reset, and reads the clock afresh next time)
+        rows = private().execute(query, args).fetchall()
+        return rows[0][0] if rows else None
 
     return call
 
@@ -484,14 +553,16 @@ def _clock_keyword(name: str) -> Callable[[], Any]:
     query = f"SELECT {name}"
 
     def call() -> Any:
-        for (value,) in _builtin_dates().execute(query):
-            return value
-        return None
+        rows = _frozen_dates().execute(query).fetchall()
+        return rows[0][0] if rows else None
 
     return call
 
 
-_DATE_WRAPPERS = {name: _date_function(name) for name in _MODIFIED_DATE_FUNCTIONS}
+_DATE_WRAPPERS = {name: _date_function(name, _frozen_dates)
+                  for name in _MODIFIED_DATE_FUNCTIONS}
+_HOST_CLOCK_DATE_WRAPPERS = {name: _date_function(name, _host_clock_dates)
+                             for name in _MODIFIED_DATE_FUNCTIONS}
 _CLOCK_WRAPPERS = {name: _clock_keyword(name) for name in _CLOCK_KEYWORDS}
 
 
@@ -508,6 +579,14 @@ def _install_event_guards(conn: apsw.Connection) -> None:
                                     deterministic=True)
     conn.drop_modules(sorted(_ALLOWED_MODULES))
     conn.set_update_hook(watch_rowids)
+
+
+def refuse_host_time_zone(conn: apsw.Connection) -> None:
+    """Give a connection that is not an event's (one that reads worlds for a judge) date
+    functions that refuse the host's time zone as event connections do; 'now' stays the
+    host's clock there."""
+    for name, wrapper in _HOST_CLOCK_DATE_WRAPPERS.items():
+        conn.create_scalar_function(name, wrapper, -1, deterministic=True)
 
 
 def frozen_vfs() -> str:

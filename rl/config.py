@@ -374,6 +374,8 @@ def write_run(out: Path, pack: Pack, *, preset_name: str = "wildawm",
     """Check everything, then write the run folder `out` (see the module docstring)."""
     chosen = preset(preset_name)
     warm_start = _warm_start(chosen, sft_file, no_sft)
+    if out.is_symlink():  # a link is never followed, even to an empty folder
+        raise RLError(f"run folder {out} is a symlink; choose a new folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RLError(f"run folder {out} exists and is not empty: a run folder holds one "
                       f"run's checkpoints; choose a new one")

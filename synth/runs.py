@@ -35,11 +35,20 @@ are options of the commands that use them.
 
 **Replay.** ``replay_run`` re-runs every recorded command in a fresh folder and a fresh
 store, offline (the client in replay mode on the run's recordings, one scenario at a
-time), and compares every output file byte for byte and every world hash.
+time), and compares every output file byte for byte and every world hash. Every command
+of ``run.json`` and every input file it names is checked first (known kinds, persona
+names, ``inputs/`` names, regular files), and ``--out`` is filled as a temporary folder
+renamed into place at the end, so a refused replay writes nothing.
+
+**A run folder may come from someone else.** Each command starts by refusing a run folder
+that holds anything but regular files and folders (``refuse_links``: a symlink or a FIFO
+is named, never followed), and files are read without following a link
+(``worldstore.folders``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import re
@@ -91,7 +100,18 @@ from synth.stage import (
 )
 from synth.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
 from synth.verifiers import gate_feedback
-from worldstore.errors import NotFoundError
+from worldstore.errors import FolderError, NotFoundError
+from worldstore.folders import (
+    DIR,
+    FILE,
+    entry_kind,
+    read_bytes,
+    staged_folder,
+    walk_files,
+    write_bytes,
+)
+from worldstore.folders import refuse_links as only_data
+from worldstore.names import is_persona
 
 RUN_FILE = "run.json"
 RUN_FORMAT = 1
@@ -163,6 +183,7 @@ def run_name(folder: Path) -> str:
 def open_run(folder: Path, settings: Settings) -> tuple[RunConfig, Context]:
     """The run's configuration (made, or checked against the settings) and the context its
     stages run in."""
+    refuse_links(folder)
     config = _config(folder, settings)
     client = LLMClient(config.model, api_base=settings.api_base, api_key=settings.api_key,
                        recordings=settings.recordings or folder / "recordings",
@@ -186,10 +207,22 @@ def _client(folder: Path, settings: Settings, model: str | None,
     return client if budget is None else client.metered(budget)
 
 
+def refuse_links(folder: Path) -> None:
+    """SynthError naming the first entry of the run folder that is not a regular file or
+    a folder: a run folder may come from someone else, and a symlink or a FIFO in it
+    would lead a read or a write out of it (or block). Nothing is followed on the way."""
+    try:
+        only_data(folder)
+    except FolderError as exc:
+        raise SynthError(f"--run {folder}: {exc}") from None
+
+
 def read_config(folder: Path) -> RunConfig:
     path = folder / RUN_FILE
     try:
-        return msgspec.json.decode(path.read_bytes(), type=RunConfig)
+        return msgspec.json.decode(read_bytes(folder, RUN_FILE), type=RunConfig)
+    except FolderError as exc:
+        raise SynthError(str(exc)) from None
     except FileNotFoundError:
         raise SynthError(f"{folder}: not a synthesis run (no {RUN_FILE})") from None
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -625,6 +658,7 @@ def _fresh_scope(worlds: Worlds, base: str) -> str:
 
 def task_funnel(folder: Path) -> dict[str, Any]:
     """``synth funnel``: the funnel report over every task record of the run."""
+    refuse_links(folder)
     read_config(folder)
     return {"run": str(folder), **funnel(read_records(folder))}
 
@@ -778,6 +812,7 @@ def _per_100(total: float, envs: int) -> float | None:
 def status(folder: Path) -> dict[str, Any]:
     """Per stage, from the stored outcomes (so also for a run that was killed): subjects
     done (accepted or kept best), failed, attempts, tokens, cost."""
+    refuse_links(folder)
     config = read_config(folder)
     stages = []
     outputs = folder / "outputs"
@@ -839,22 +874,67 @@ class ReplayReport:
 
 def replay_run(folder: Path, out: Path | None = None) -> ReplayReport:
     """Re-run the run's commands offline into `out` (a fresh folder; default a temporary
-    one, removed after) and compare (see the module docstring)."""
+    one, removed after) and compare (see the module docstring). Every command and the
+    input files it names are checked before anything is written, and `out` is filled as a
+    temporary folder beside it, renamed into place at the end: a refused replay leaves no
+    `out` behind."""
+    refuse_links(folder)
     config = read_config(folder)
     if not config.commands:
         raise SynthError(f"{folder}: the run has no command to replay")
-    keep = out is not None
-    target = out if out is not None else Path(tempfile.mkdtemp(prefix="synth-replay-"))
-    if keep and target.exists() and any(target.iterdir()):
-        raise SynthError(f"--out {target}: not empty; a replay goes into a fresh folder")
-    try:
-        return _replay_into(folder, target, config)
-    finally:
-        if not keep:
+    inputs = _replay_inputs(folder, config)
+    if out is None:
+        target = Path(tempfile.mkdtemp(prefix="synth-replay-"))
+        try:
+            return _replay_into(folder, target, config, inputs)
+        finally:
             shutil.rmtree(target, ignore_errors=True)
+    try:
+        with staged_folder(out, "--out") as staging:
+            report = _replay_into(folder, staging, config, inputs)
+    except FolderError as exc:
+        raise SynthError(str(exc)) from None
+    return dataclasses.replace(report, folder=out)
 
 
-def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
+# What each command's arguments must look like before a replay acts on them: a run.json
+# someone handed over could name '../' paths or persona names that lead out of --out.
+_INPUT_NAME = re.compile(r"inputs/(seeds|scenarios|facts)-[0-9a-f]{16}\.jsonl?\Z")
+_FILE_ARGS = ("seeds", "scenarios", "facts")
+_KINDS = frozenset({"scenarios", "envs", "persona", "plan", "setup", "day", "tasks"})
+
+
+def _replay_inputs(folder: Path, config: RunConfig) -> dict[str, bytes]:
+    """The input files the commands name, read (regular files only) from the run, after
+    checking every command's kind, persona and file names; SynthError naming the first
+    that is refused."""
+    inputs: dict[str, bytes] = {}
+    for i, command in enumerate(config.commands):
+        where = f"{folder / RUN_FILE}: commands[{i}]"
+        if command.kind not in _KINDS:
+            raise SynthError(f"{where}: unknown command kind {command.kind!r}")
+        persona = command.args.get("persona")
+        if persona is not None and not (isinstance(persona, str) and is_persona(persona)):
+            raise SynthError(f"{where}: persona {persona!r} is not a persona name")
+        for key in _FILE_ARGS:
+            name = command.args.get(key)
+            if key not in command.args:
+                continue
+            if not (isinstance(name, str) and _INPUT_NAME.match(name)):
+                raise SynthError(f"{where}: {key} {name!r} is not a file of the run's "
+                                 "inputs/ (inputs/<kind>-<digest>.json[l])")
+            try:
+                inputs[name] = read_bytes(folder, name)
+            except FileNotFoundError:
+                raise SynthError(f"{folder / name}: named by {where}, not in the run"
+                                 ) from None
+            except FolderError as exc:
+                raise SynthError(str(exc)) from None
+    return inputs
+
+
+def _replay_into(folder: Path, target: Path, config: RunConfig,
+                 inputs: dict[str, bytes]) -> ReplayReport:
     target.mkdir(parents=True, exist_ok=True)
     fresh = msgspec.structs.replace(config, commands=[])
     write_atomically(target / RUN_FILE, encode(fresh))
@@ -868,10 +948,8 @@ def _replay_into(folder: Path, target: Path, config: RunConfig) -> ReplayReport:
 
     stopped: list[str] = []
     for command in config.commands:
-        for name in {v for k, v in command.args.items()
-                     if k in ("seeds", "scenarios", "facts")}:
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(folder / name, target / name)
+        for name in sorted({v for k, v in command.args.items() if k in _FILE_ARGS}):
+            write_bytes(target, name, inputs[name])
         _record(target, command)
         _, ctx = open_run(target, settings)
         if command.kind == "scenarios":
@@ -915,19 +993,21 @@ def compare_runs(a: Path, b: Path) -> tuple[list[str], int]:
                 differences.append(f"{rel}: in the run, not in the replay")
             elif rel not in left:
                 differences.append(f"{rel}: in the replay, not in the run")
-            elif left[rel].read_bytes() != right[rel].read_bytes():
+            elif read_bytes(a, left[rel]) != read_bytes(b, right[rel]):
                 differences.append(f"{rel}: differs")
     return differences, compared
 
 
-def _files(root: Path, top: str) -> dict[str, Path]:
-    path = root / top
-    if path.is_file():
-        return {top: path}
-    if not path.is_dir():
+def _files(root: Path, top: str) -> dict[str, str]:
+    """rel -> rel of the regular files of `top` in `root` (itself, if a file); links and
+    special files are never followed nor opened (``refuse_links`` names them first)."""
+    kind = entry_kind(root, top)
+    if kind == FILE:
+        return {top: top}
+    if kind != DIR:
         return {}
-    return {str(p.relative_to(root)): p for p in sorted(path.rglob("*"))
-            if p.is_file() and not p.name.startswith(".")}
+    return {rel: rel for rel in walk_files(root, top)
+            if not rel.rsplit("/", 1)[-1].startswith(".")}
 
 
 __all__ = ["COMPARED", "NOT_RUN_NO_MODEL", "Command", "EnvsReport", "ReplayReport",

@@ -22,7 +22,6 @@ from its recordings to the same outcomes, byte for byte.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ import msgspec
 from llm.client import Completion, Embeddings, LLMClient, Message
 from synth.errors import BudgetSpent
 from synth.prompts import Prompt, prompt
+from worldstore.folders import write_file
 
 OutT = TypeVar("OutT")
 Status = Literal["accepted", "kept_best", "failed"]
@@ -375,11 +375,11 @@ def encode(value: Any) -> bytes:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Written beside and renamed: a killed run leaves the old file or the new one."""
+    """Written beside and renamed: a killed run leaves the old file or the new one. The
+    new file is made with O_EXCL | O_NOFOLLOW (``worldstore.folders``): a link planted
+    where it goes is replaced, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_file(path, data)
 
 
 def _cut(text: str, limit: int) -> str:

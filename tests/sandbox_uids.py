@@ -1,6 +1,6 @@
 """Uids of their own for the sandboxes of a test module, so that the processes it counts
-and the process limit it exhausts are its alone (tests/test_verifier.py and
-tests/test_verifier_server.py)."""
+are its alone (tests/test_verifier.py and tests/test_verifier_server.py), and for a host
+side run as an unprivileged user (tests/test_hostile_roles.py)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from envs.sandbox import (
     run_sandboxed,
     sandbox_ids,
 )
-from envs.worker_pool import AppWorker
+from envs.worker_pool import MASKED, AppWorker, WorkerLimits
 
 SECRET = "top-secret-of-instance-b"
 MARKER = "[... output truncated at"
@@ -158,7 +158,8 @@ def test_environment_is_clean(box: BubblewrapSandbox, ws: Path,
     monkeypatch.setenv("AW_HOST_SECRET", "leak")
     result = box.run("env", ws, env={"GREETING": "hello"})
     found = dict(line.split("=", 1) for line in result.stdout.splitlines())
-    assert set(found) == {"GREETING", "HOME", "LANG", "PATH", "PWD", "SHLVL", "TMPDIR", "_"}
+    assert set(found) == {"GREETING", "HOME", "LANG", "PATH", "PWD", "SHLVL", "TMPDIR", "TZ",
+                          "_"}
     assert (found["GREETING"], found["HOME"], found["PATH"]) == (
         "hello", "/workspace", "/usr/local/bin:/usr/bin:/bin")
 
@@ -279,7 +280,8 @@ def test_process_limit_is_enforced(box: BubblewrapSandbox, ws: Path) -> None:
              "    print(len(kids))\n")
     result = box.run(f": {marker}; python3 -c '{spawn}'", ws, Limits(max_procs=16))
     assert result.exit_code == 0, result.stderr
-    assert 0 < int(result.stdout) <= 16 - 2  # the sandbox's pid 1 and python count too
+    # Counted in the sandbox alone: python itself counts (bash execs it as pid 1).
+    assert 0 < int(result.stdout) <= 16 - 1
     _assert_nothing_left(box, marker)
 
 
@@ -490,7 +492,8 @@ def _policies(tmp_path: Path) -> dict[str, SandboxPolicy]:
         "shell": shell.policy(tmp_path, Limits()),
         "shell with binds": shell.policy(tmp_path, Limits(max_procs=7), {"A": "b"}, extra),
         "own uid": SandboxPolicy(cwd="/", rlimits=Rlimits(cpu_s=1, memory_mib=64,
-                                                          max_file_mib=1), binds=tuple(extra)),
+                                                          max_file_mib=1, max_procs=3),
+                                 binds=tuple(extra)),
         "app worker": AppWorker("notes", "", tmp_path).policy(),
     }
 
@@ -512,7 +515,9 @@ def test_the_shell_policy(box: BubblewrapSandbox, ws: Path) -> None:
     argv = box.build_argv("echo hi", ws, Limits(), binds=[Bind(ws.parent, "/data")])
     assert argv == bwrap_argv(box.policy(ws, Limits(), binds=[Bind(ws.parent, "/data")]),
                               ["/bin/bash", "-c", "echo hi"], box.tools)
-    assert "--nproc=64" in argv[:argv.index("--")]
+    # The process limit is set inside the sandbox (counted for it alone), never before bwrap.
+    assert not any(a.startswith("--nproc") for a in argv[:argv.index("--")])
+    assert argv[-6:-3] == [box.tools.prlimit, "--nproc=64:64", "--"]
 
 
 def test_the_app_worker_policy_binds_only_python_and_the_project_read_only(
@@ -521,19 +526,26 @@ def test_the_app_worker_policy_binds_only_python_and_the_project_read_only(
     policy = worker.policy()
     assert not any(b.writable for b in policy.binds)
     assert [b.target for b in policy.binds][:2] == ["/opt/python", "/opt/site"]
-    assert all(b.target.startswith("/opt/") for b in policy.binds)
+    # besides python and the project, only /dev/null over the kernel's entropy and clocks
+    others = [b for b in policy.binds if not b.target.startswith("/opt/")]
+    assert sorted(b.target for b in others) == sorted(MASKED)
+    assert all(b.source == Path("/dev/null") for b in others)
     assert "/etc" not in policy.system_paths
     assert (policy.user, policy.as_pid_1, policy.cwd) == (sandbox_ids(), False, "/tmp")
     assert policy.user is not None and policy.user[0] != 0
-    assert policy.rlimits.max_procs is None
+    assert policy.rlimits.max_procs == WorkerLimits().max_procs
     assert worker.argv(5)[-5:] == [f"/opt/python/bin/python{sys.version_info[0]}."
                                    f"{sys.version_info[1]}", "-s", "-m", "envs.app_worker", "5"]
 
 
 def test_rlimits_are_validated() -> None:
     with pytest.raises(ValueError, match="open_files"):
-        Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1, open_files=0)
-    assert "--nproc" not in " ".join(Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1).prlimit_args())
+        Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1, max_procs=1, open_files=0)
+    with pytest.raises(ValueError, match="max_procs"):
+        Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1, max_procs=0)
+    limits = Rlimits(cpu_s=1, memory_mib=1, max_file_mib=1, max_procs=5)
+    assert "--nproc" not in " ".join(limits.prlimit_args())
+    assert limits.nproc_args() == ["--nproc=5:5"]
 
 
 # --- the one limit classifier ------------------------------------------------------------

@@ -40,6 +40,7 @@ from envs.sandbox import (
     Limits,
     Rlimits,
     SandboxPolicy,
+    Tmpfs,
     default_sandbox,
 )
 from gates.contract import Check, Verdict
@@ -961,23 +962,21 @@ class _PolicyRecorder(BubblewrapSandbox):
 def test_the_verifier_sandbox_policy(w0: Path, w: Path, tmp_path: Path,
                                      writable: bool) -> None:
     """The worlds, the answer, the verifier, the SDK and Python read-only (the verifier
-    writable only for the probe); a scratch workspace; the tests' uid; nothing of the
-    host's environment."""
+    writable only for the probe); a scratch workspace on a tmpfs of its own (never the
+    host's disk); the tests' uid; nothing of the host's environment."""
     box = _PolicyRecorder()
     verifier = _verifier(tmp_path / "v", {"ok.py": "import awsdk\nawsdk.result(ok=True)\n"})
     verdict = run_verifier(verifier, w0, w, ANSWER, sandbox=box, writable_verifier=writable)
     assert verdict.passed, verdict.errors
     [policy] = box.policies
     binds = {b.target: b for b in policy.binds}
-    assert set(binds) == {"/workspace", "/opt/python", "/sdk", "/w0", "/w", "/answer.txt",
-                          "/verifier"}
-    assert {t for t, b in binds.items() if b.writable} == {"/workspace", *(
-        ["/verifier"] if writable else [])}
+    assert set(binds) == {"/opt/python", "/sdk", "/w0", "/w", "/answer.txt", "/verifier"}
+    assert {t for t, b in binds.items() if b.writable} == ({"/verifier"} if writable else set())
     assert (binds["/w0"].source, binds["/w"].source) == (w0.resolve(), w.resolve())
     assert binds["/verifier"].source == verifier.resolve()
-    assert binds["/workspace"].source not in (w0.resolve(), w.resolve(), verifier.resolve())
+    assert Tmpfs("/workspace", VERIFIER_LIMITS.tmp_mib) in policy.tmpfs
     assert (policy.user, policy.as_pid_1, policy.cwd) == ((UID, UID), True, "/workspace")
-    assert set(dict(policy.env)) == {"PATH", "HOME", "LANG", "TMPDIR", "LD_LIBRARY_PATH",
+    assert set(dict(policy.env)) == {"PATH", "HOME", "LANG", "TMPDIR", "TZ", "LD_LIBRARY_PATH",
                                      "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "AW_W0", "AW_W",
                                      "AW_ANSWER"}
     lim = VERIFIER_LIMITS
@@ -990,9 +989,10 @@ def test_the_awm_sandbox_policy(w0: Path, w: Path) -> None:
     assert run_awm_verify(AWM_CODE, _notes(w0), _notes(w), sandbox=box).passed
     [policy] = box.policies
     binds = {b.target: b for b in policy.binds}
-    assert set(binds) == {"/workspace", "/opt/python", "/sdk", "/awm/verify.py",
+    assert set(binds) == {"/opt/python", "/sdk", "/awm/verify.py",
                           "/awm/initial.sqlite", "/awm/final.sqlite"}
-    assert [t for t, b in binds.items() if b.writable] == ["/workspace"]
+    assert [t for t, b in binds.items() if b.writable] == []
+    assert Tmpfs("/workspace", VERIFIER_LIMITS.tmp_mib) in policy.tmpfs
     assert binds["/awm/final.sqlite"].source == _notes(w).resolve()
 
 

@@ -153,15 +153,18 @@ def test_nothing_a_job_leaves_reaches_the_next(box: BubblewrapSandbox, w0: Path,
 
 def test_runs_a_server_must_not_take_run_alone_with_the_same_verdict(
         box: BubblewrapSandbox, w0: Path, scratch: Path, tmp_path: Path) -> None:
-    """A verifier folder shadowing a module the server's driver imported (csv), and a
-    writable verifier: each judged as in a sandbox of its own, by one."""
+    """A writable verifier is judged as in a sandbox of its own, by one. A verifier
+    folder named like a standard module (csv) is served: neither driver imports it in
+    place of the standard one (tests/test_hostile_verifier.py has the corpus)."""
     shadow = _verifier(tmp_path / "shadow", {
         "csv.py": "SHADOWED = True\n",
         "check.py": "import csv, awsdk\nawsdk.result(shadowed=hasattr(csv, 'SHADOWED'))\n"})
     served = servers.jobs_served()
     verdicts = [_run(box, shadow, w0, w0, scratch), _run(box, shadow, w0, w0, None)]
     _same(*verdicts)
-    assert [c.passed for c in verdicts[0].checks] == [True]  # the driver preloads csv
+    assert [c.passed for c in verdicts[0].checks] == [False]
+    assert servers.jobs_served() == served + 1
+    served += 1
     writable = _verifier(tmp_path / "writable", {"ok.py": OK})
     assert _run(box, writable, w0, w0, scratch, writable_verifier=True).passed
     assert servers.jobs_served() == served

@@ -1,7 +1,10 @@
-"""The AWM command: ``worldctl import-awm DIR``.
+"""The AWM commands: ``worldctl import-awm DIR`` and ``worldctl check-awm REF``.
 
-It parses its arguments, makes one call of ``awm.importer.import_awm`` and renders the
-report: one block per imported scenario, then one ``error:`` line per refusal (exit 2).
+``import-awm`` parses its arguments, makes one call of ``awm.importer.import_awm`` and
+renders the report: one block per imported scenario, then one ``error:`` line per refusal
+(exit 2). ``check-awm`` makes one call of ``envs.checker.check_carried_tools`` (every tool
+of the world's carried code, on three fresh instances) and prints each call whose response
+or effects differ (exit 1 if any); a world that carries no code is a refusal (exit 2).
 """
 
 from __future__ import annotations
@@ -92,3 +95,37 @@ def _error(message: str) -> None:
     """One refusal: one line on stderr, as the CLI's error boundary writes them."""
     one_line = " ".join(line.strip() for line in message.splitlines() if line.strip())
     click.echo(f"error: {one_line}", err=True)
+
+
+@click.command("check-awm")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def check_awm_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
+    """Call every tool of REF's generated code on fresh instances; name those that differ.
+
+    REF is a world whose code is carried in its log (an imported AWM scenario). Each tool
+    of its carried apps is called once, in name order, with arguments from the tool's
+    schema, on three instances: two in fresh sandboxed workers, one in the first one's
+    worker after it. Each call whose response or effects differ is listed (exit 1).
+    """
+    from envs.checker import check_carried_tools
+
+    store = worlds(ctx)
+    store.record(ref)  # an unknown REF is refused before any worker starts
+    try:
+        report = check_carried_tools(store, ref)
+    except ValueError as exc:
+        _error(str(exc))
+        sys.exit(EXIT_REFUSED)
+    if as_json:
+        render.emit_json({"ref": ref, "ok": report.ok, "calls": report.calls,
+                          "final_hash": report.final_hash, "problems": report.problems})
+    else:
+        render.echo(f"{ref}: {report.calls} tool(s), each called once on 3 instances")
+        if report.ok:
+            render.echo(f"  deterministic (final world hash {report.final_hash})")
+        for problem in report.problems:
+            render.echo(f"  {problem}")
+    if not report.ok:
+        sys.exit(1)

@@ -151,10 +151,18 @@ def check_port_free(host: str, port: int) -> None:
 @click.option("--max-steps", default=50, show_default=True, type=click.IntRange(min=1),
               help="OpenEnv steps of an episode before it is done (a create request can "
                    "say otherwise).")
+@click.option("--max-gui-instances", default=32, show_default=True,
+              type=click.IntRange(min=1),
+              help="Instances with the GUI at a time (each holds a browser page, ~75 MiB); "
+                   "beyond it a create request is 429.")
+@click.option("--max-gui-per-client", default=8, show_default=True,
+              type=click.IntRange(min=1),
+              help="Instances with the GUI one client (peer address) may hold at a time.")
 @click.pass_context
 def serve(ctx: click.Context, host: str, port: int, token: str | None, max_instances: int,
           idle_timeout: float, call_timeout: float, mode: str, bare_names: bool,
-          task_sources: tuple[str, ...], max_steps: int) -> None:
+          task_sources: tuple[str, ...], max_steps: int, max_gui_instances: int,
+          max_gui_per_client: int) -> None:
     """Serve instances of the stored worlds to agents over HTTP.
 
     REST at /instances (shell, answer, GUI actions, grade, close), MCP (streamable HTTP)
@@ -180,4 +188,5 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
         tasks = load_served_tasks(env, task_sources, installed_packs(ctx))
     run_gateway(env, host=host, port=port, token=token, max_instances=max_instances,
                 idle_timeout=idle_timeout, call_timeout=call_timeout, mode=mode,
-                tasks=tasks, max_steps=max_steps)
+                tasks=tasks, max_steps=max_steps, max_gui_instances=max_gui_instances,
+                max_gui_per_client=max_gui_per_client)

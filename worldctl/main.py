@@ -50,6 +50,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import-awm": ("worldctl.awm", "import_awm_cmd",
                    "Import AWM environments from DIRECTORY (gen_*.jsonl): one world per "
                    "scenario."),
+    "check-awm": ("worldctl.awm", "check_awm_cmd",
+                  "Call every tool of REF's generated code on fresh instances; name those "
+                  "that differ."),
     "cache": ("worldctl.cache", "cache",
               "The snapshot cache: what it holds, and pruning it."),
     "episode": ("worldctl.envs", "episode",

@@ -100,6 +100,9 @@ def checkout(ctx: click.Context, ref: str, dest: Path) -> None:
     REF is persona@day, persona (its last day), persona@-N (counting from the end) or a
     world hash.
     """
+    from worldstore.folders import refuse_unless_new
+
+    refuse_unless_new(dest, "checkout target")  # a link (even a dangling one) is refused
     render.checkout(worlds(ctx).checkout(ref, dest), dest)
 
 

@@ -12,6 +12,7 @@ import click
 
 from worldctl import render
 from worldctl.session import worlds
+from worldstore.folders import write_file
 
 TASK_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -61,7 +62,7 @@ def task_check(ctx: click.Context, task_dir: Path, rollouts_file: Path | None, a
                                     judges=judges_from_env(env.worlds), config=config,
                                     progress=None if as_json else _say), loaded)
     if report_file is not None:
-        report_file.write_bytes(to_json(report) + b"\n")
+        write_file(report_file, to_json(report) + b"\n")  # replaces a link, never follows
     if as_json:
         render.echo(to_json(report).decode())
     else:
@@ -131,7 +132,7 @@ def rollout(ctx: click.Context, task_dir: Path, agent_spec: str, n: int, hinted:
     with Environment(worlds(ctx)) as env, render.progress("rollouts", n) as bar:
         done = agent_rollouts(env, loaded, agent, n=n, hinted=hinted, done=bar.advance)
     if out_file is not None:
-        out_file.write_bytes(to_json(done) + b"\n")
+        write_file(out_file, to_json(done) + b"\n")  # replaces a link, never follows
     rewards = [rollout_reward(r) for r in done]
     if as_json:
         render.emit_json([render.rollout_dict(i, r, reward)

@@ -18,6 +18,8 @@ drawn here exists where the entry says.
     │   ├── StoreVersionError   worldstore  a store schema or event schema newer than this code
     │   └── NotFoundError       worldstore  unknown persona, day, world hash, blob or episode
     ├── ConfigError             worldstore  configuration that cannot work, refused at start-up
+    ├── FolderError             worldstore  an entry of a handed-over folder that is a link,
+    │                                       a special file or a name out of it; nothing written
     ├── ApplyError              replay      an event that failed to apply; names persona, day
     │                                       and event; the whole day is refused
     ├── EventFailed             replay      one event that cannot be applied, before the fold
@@ -133,3 +135,9 @@ class NotFoundError(StoreError):
 
 class ConfigError(WorldError):
     """Configuration that cannot work (checked at start-up, before anything runs)."""
+
+
+class FolderError(WorldError):
+    """An entry of a folder someone handed over (a run folder, a pack, a checkout) that is
+    a link, a special file or a name leading out of it, where the project reads or writes;
+    refused before anything is written (``worldstore.folders``)."""

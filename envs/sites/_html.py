@@ -1,11 +1,12 @@
 """Small HTML pieces the shipped sites share: forms with labelled fields, and times.
 
-Every piece escapes what it is given (``esc``), so a site passes values from the world as
-they are. Times are the worlds' UTC timestamps (``2026-03-09T17:05:00Z``), shown in UTC
-with English names written out here (never the process's locale or time-zone database,
-which differ between machines), and "how long ago" is measured from the call's frozen
-clock (``ctx.now``), never the wall clock: the same world and the same calls give the
-same bytes.
+Every piece is built with ``markup`` (``envs.site``): it escapes what it is given, so a
+site passes values from the world as they are, and returns ``Markup``, which the next
+template takes as the HTML it is. Times are the worlds' UTC timestamps
+(``2026-03-09T17:05:00Z``), shown in UTC with English names written out here (never the
+process's locale or time-zone database, which differ between machines), and "how long
+ago" is measured from the call's frozen clock (``ctx.now``), never the wall clock: the
+same world and the same calls give the same bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from envs.contract import ToolResult
 from envs.errors import ToolError
-from envs.site import Fields, PageContext, esc
+from envs.site import Fields, Markup, PageContext, markup
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
@@ -27,56 +28,57 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 # --- forms --------------------------------------------------------------------------------
 
 
-def hidden(name: str, value: object) -> str:
-    return f'<input type="hidden" name="{esc(name)}" value="{esc(value)}">'
+def hidden(name: str, value: object) -> Markup:
+    return markup('<input type="hidden" name="{}" value="{}">', name, value)
 
 
-def post_form(action: str, inner: str, *, inline: bool = False, name: str = "") -> str:
+def post_form(action: str, inner: Markup, *, inline: bool = False, name: str = "") -> Markup:
     """A form that posts to `action` (a full path, ``ctx.url(...)``); `name` is its
     accessible name."""
-    css = ' class="inline"' if inline else ""
-    label = f' aria-label="{esc(name)}"' if name else ""
-    return f'<form method="post" action="{esc(action)}"{css}{label}>{inner}</form>'
+    css = Markup(' class="inline"' if inline else "")
+    label = markup(' aria-label="{}"', name) if name else Markup()
+    return markup('<form method="post" action="{}"{}{}>{}</form>', action, css, label, inner)
 
 
-def button(text: str, name: str = "") -> str:
+def button(text: str, name: str = "") -> Markup:
     """A submit button; `name` is its accessible name where the visible text is not
     unique on the page ("Remove" on every cart line)."""
-    label = f' aria-label="{esc(name)}"' if name else ""
-    return f"<button{label}>{esc(text)}</button>"
+    label = markup(' aria-label="{}"', name) if name else Markup()
+    return markup("<button{}>{}</button>", label, text)
 
 
-def labelled(label: str, control: str) -> str:
+def labelled(label: str, control: Markup) -> Markup:
     """A field with its label: the label names it for a screen reader and for an agent
     that types "into the field named ...". `control` is already HTML."""
-    return f"<label>{esc(label)} {control}</label>"
+    return markup("<label>{} {}</label>", label, control)
 
 
 def text_input(name: str, value: object = "", *, kind: str = "text", size: int = 30,
-               maxlength: int = 200, required: bool = False) -> str:
-    need = " required" if required else ""
-    return (f'<input type="{kind}" name="{esc(name)}" value="{esc(value)}" size="{size}" '
-            f'maxlength="{maxlength}"{need}>')
+               maxlength: int = 200, required: bool = False) -> Markup:
+    need = Markup(" required" if required else "")
+    return markup('<input type="{}" name="{}" value="{}" size="{}" maxlength="{}"{}>', kind,
+                  name, value, size, maxlength, need)
 
 
-def select(name: str, options: Iterable[tuple[str, str]], chosen: str) -> str:
+def select(name: str, options: Iterable[tuple[str, str]], chosen: str) -> Markup:
     """A drop-down of (value, text) options, `chosen` selected."""
-    items = "".join(f'<option value="{esc(v)}"{" selected" if v == chosen else ""}>'
-                    f"{esc(t)}</option>" for v, t in options)
-    return f'<select name="{esc(name)}">{items}</select>'
+    items = Markup().join(markup('<option value="{}"{}>{}</option>', v,
+                                 Markup(" selected" if v == chosen else ""), t)
+                          for v, t in options)
+    return markup('<select name="{}">{}</select>', name, items)
 
 
-def checkbox(name: str, value: object, label: str, *, checked: bool = False) -> str:
-    on = " checked" if checked else ""
-    return (f'<label><input type="checkbox" name="{esc(name)}" value="{esc(value)}"{on}> '
-            f"{esc(label)}</label>")
+def checkbox(name: str, value: object, label: str, *, checked: bool = False) -> Markup:
+    on = Markup(" checked" if checked else "")
+    return markup('<label><input type="checkbox" name="{}" value="{}"{}> {}</label>', name,
+                  value, on, label)
 
 
-def notice(ctx: PageContext, messages: dict[str, str]) -> str:
+def notice(ctx: PageContext, messages: dict[str, str]) -> Markup:
     """The confirmation a form's redirect asks for (``?done=placed``): one of the page's
     own fixed messages, so a link can never put its own words on a page."""
     text = messages.get(ctx.request.arg("done"))
-    return f'<p class="card" role="status">{esc(text)}</p>' if text else ""
+    return markup('<p class="card" role="status">{}</p>', text) if text else Markup()
 
 
 def integers(fields: Fields, name: str) -> list[int]:
@@ -111,9 +113,10 @@ def count(n: int, thing: str) -> str:
     return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
-def multiline(text: object) -> str:
+def multiline(text: object) -> Markup:
     """Escaped text whose line breaks show."""
-    return esc(text).replace("\r\n", "\n").replace("\n", "<br>")
+    lines = [] if text is None else str(text).replace("\r\n", "\n").split("\n")
+    return Markup("<br>").join(lines)
 
 
 def _parse(ts: str) -> datetime | None:
@@ -156,8 +159,8 @@ def ago(ts: str | None, now: str) -> str:
     return f"{days} days ago"
 
 
-def stamp(ts: str | None, now: str) -> str:
+def stamp(ts: str | None, now: str) -> Markup:
     """A time as a page shows it: ``<time>`` with the exact value, and how long ago."""
     relative = ago(ts, now)
-    extra = f' <span class="muted">({esc(relative)})</span>' if relative else ""
-    return f'<time datetime="{esc(ts)}">{esc(moment(ts))}</time>{extra}'
+    extra = markup(' <span class="muted">({})</span>', relative) if relative else Markup()
+    return markup('<time datetime="{}">{}</time>{}', ts, moment(ts), extra)

@@ -17,7 +17,7 @@ from typing import Any
 
 from envs.app import CURRENT_USER
 from envs.apps._common import like
-from envs.site import Fields, Page, PageContext, Redirect, Site, esc, link
+from envs.site import Fields, Markup, Page, PageContext, Redirect, Site, link, markup
 from envs.sites._html import (
     button,
     checkbox,
@@ -48,11 +48,11 @@ DONE = {"read": "Marked as read.", "unread": "Marked as unread.", "sent": "Sent.
 
 
 def _not_found(what: str) -> Page:
-    return Page("Not found", f"<h1>Not found</h1><p>{esc(what)}</p>"
-                             f'<p><a href="/chat/">All conversations</a></p>', 404)
+    return Page("Not found", markup('<h1>Not found</h1><p>{}</p><p><a href="/chat/">All '
+                                    "conversations</a></p>", what), 404)
 
 
-def _conversation_link(ctx: PageContext, conversation_id: int, text: str) -> str:
+def _conversation_link(ctx: PageContext, conversation_id: int, text: str) -> Markup:
     return link(ctx.url(f"/conversations/{conversation_id}"), text)
 
 
@@ -94,13 +94,13 @@ def conversations(ctx: PageContext) -> Page:
         "SELECT count(*) FROM messages WHERE sender_id <> :me AND is_read = 0 AND "
         "conversation_id IN (SELECT conversation_id FROM conversation_members WHERE "
         "user_id = :me)", {"me": ME}))
-    body = "".join(_listed_row(ctx, c) for c in rows)
-    table = (f"<table><tr><th>Conversation</th><th>Last message</th><th>When</th>"
-             f'<th class="num">Unread</th></tr>{body}</table>'
-             if rows else "<p>No conversations.</p>")
-    return Page("Conversations", f"<h1>Conversations</h1>"
-                                 f'<p role="status">{count(total_unread, "unread message")}</p>'
-                                 f"{_filter_links(ctx, show)}{table}")
+    body = Markup().join(_listed_row(ctx, c) for c in rows)
+    table = (markup('<table><tr><th>Conversation</th><th>Last message</th><th>When</th>'
+                    '<th class="num">Unread</th></tr>{}</table>', body)
+             if rows else Markup("<p>No conversations.</p>"))
+    return Page("Conversations", markup('<h1>Conversations</h1><p role="status">{}</p>{}{}',
+                                        count(total_unread, "unread message"),
+                                        _filter_links(ctx, show), table))
 
 
 def _listed(ctx: PageContext, show: str) -> list[dict[str, Any]]:
@@ -117,29 +117,28 @@ def _listed(ctx: PageContext, show: str) -> list[dict[str, Any]]:
         f"c.updated_at) DESC, c.id DESC", {"me": ME, "kind": show})
 
 
-def _listed_row(ctx: PageContext, c: dict[str, Any]) -> str:
+def _listed_row(ctx: PageContext, c: dict[str, Any]) -> Markup:
     last = ctx.row("SELECT m.body, m.sent_at, m.sender_id, u.name FROM messages m JOIN users u "
                    "ON u.id = m.sender_id WHERE m.conversation_id = ? ORDER BY m.sent_at DESC, "
                    "m.id DESC LIMIT 1", (c["id"],))
     unread = _unread(ctx, c["id"])
     title = _title(ctx, c)
-    kind = " <span class=\"muted\">(group)</span>" if c["kind"] == "group" else ""
-    said = "" if last is None else esc(
+    kind = Markup(' <span class="muted">(group)</span>' if c["kind"] == "group" else "")
+    said = "" if last is None else (
         ("You" if last["sender_id"] == ME else str(last["name"])) + ": "
         + _preview(str(last["body"])))
-    when = "" if last is None else stamp(last["sent_at"], ctx.now)
-    badge = f"<b>{unread}</b>" if unread else ""
-    return (f"<tr><td>{_conversation_link(ctx, c['id'], title)}{kind}</td><td>{said}</td>"
-            f'<td>{when}</td><td class="num">{badge}</td></tr>')
+    when = Markup() if last is None else stamp(last["sent_at"], ctx.now)
+    badge = markup("<b>{}</b>", unread) if unread else Markup()
+    return markup('<tr><td>{}{}</td><td>{}</td><td>{}</td><td class="num">{}</td></tr>',
+                  _conversation_link(ctx, c["id"], title), kind, said, when, badge)
 
 
-def _filter_links(ctx: PageContext, show: str) -> str:
+def _filter_links(ctx: PageContext, show: str) -> Markup:
     links = []
     for value, text in FILTERS:
-        href = esc(ctx.url("/", show=value))
-        current = ' aria-current="page"' if value == show else ""
-        links.append(f'<a href="{href}"{current}>{esc(text)}</a>')
-    return f'<nav aria-label="Show"><p>{" · ".join(links)}</p></nav>'
+        current = Markup(' aria-current="page"' if value == show else "")
+        links.append(markup('<a href="{}"{}>{}</a>', ctx.url("/", show=value), current, text))
+    return markup('<nav aria-label="Show"><p>{}</p></nav>', Markup(" · ").join(links))
 
 
 # --- a conversation ---------------------------------------------------------------------------
@@ -153,28 +152,29 @@ def conversation(ctx: PageContext, conversation_id: int) -> Page:
     if found is None:
         return _not_found(f"No conversation {conversation_id}.")
     title = _title(ctx, found)
-    return Page(title, f"{notice(ctx, DONE)}<h1>{esc(title)}</h1>"
-                       f"{_member_line(ctx, found)}{_unread_bar(ctx, conversation_id)}"
-                       f"{_thread(ctx, conversation_id)}{_send_form(ctx, conversation_id)}")
+    return Page(title, markup("{}<h1>{}</h1>{}{}{}{}", notice(ctx, DONE), title,
+                              _member_line(ctx, found), _unread_bar(ctx, conversation_id),
+                              _thread(ctx, conversation_id),
+                              _send_form(ctx, conversation_id)))
 
 
-def _member_line(ctx: PageContext, c: dict[str, Any]) -> str:
+def _member_line(ctx: PageContext, c: dict[str, Any]) -> Markup:
     names = ", ".join(f"{m['name']} (you)" if m["user_id"] == ME else str(m["name"])
                       for m in _members(ctx, c["id"]))
     kind = "Group" if c["kind"] == "group" else "Direct conversation"
-    return f'<p class="muted">{esc(kind)} · members: {esc(names)}</p>'
+    return markup('<p class="muted">{} · members: {}</p>', kind, names)
 
 
-def _unread_bar(ctx: PageContext, conversation_id: int) -> str:
+def _unread_bar(ctx: PageContext, conversation_id: int) -> Markup:
     unread = _unread(ctx, conversation_id)
     if not unread:
-        return ""
+        return Markup()
     form = post_form(ctx.url(f"/conversations/{conversation_id}/read"),
                      button("Mark as read"), inline=True)
-    return f'<div role="status"><b>{unread} unread</b> {form}</div>'
+    return markup('<div role="status"><b>{} unread</b> {}</div>', unread, form)
 
 
-def _thread(ctx: PageContext, conversation_id: int) -> str:
+def _thread(ctx: PageContext, conversation_id: int) -> Markup:
     """One page of messages, oldest first: the latest `PER_PAGE`, or earlier ones
     (``?earlier=N`` skips the N newest, as ``read_conversation``'s offset does)."""
     total = int(ctx.value("SELECT count(*) FROM messages WHERE conversation_id = ?",
@@ -185,35 +185,38 @@ def _thread(ctx: PageContext, conversation_id: int) -> str:
                     "ORDER BY m.sent_at DESC, m.id DESC LIMIT ? OFFSET ?",
                     (conversation_id, PER_PAGE, skip))
     path = f"/conversations/{conversation_id}"
-    earlier = (f"<p>{link(ctx.url(path, earlier=skip + PER_PAGE), 'Show earlier messages')}"
-               f"</p>" if skip + PER_PAGE < total else "")
+    earlier = (markup("<p>{}</p>", link(ctx.url(path, earlier=skip + PER_PAGE),
+                                        "Show earlier messages"))
+               if skip + PER_PAGE < total else Markup())
     later = ctx.url(path, earlier=max(0, skip - PER_PAGE) or None)
-    newer = f"<p>{link(later, 'Show newer messages')}</p>" if skip else ""
-    shown = "".join(_message(ctx, m) for m in reversed(rows)) or "<p>No messages.</p>"
-    return f"{earlier}{shown}{newer}"
+    newer = markup("<p>{}</p>", link(later, "Show newer messages")) if skip else Markup()
+    shown = (Markup().join(_message(ctx, m) for m in reversed(rows))
+             or Markup("<p>No messages.</p>"))
+    return earlier + shown + newer
 
 
-def _message(ctx: PageContext, m: dict[str, Any]) -> str:
+def _message(ctx: PageContext, m: dict[str, Any]) -> Markup:
     mine = m["sender_id"] == ME
     unread = not mine and not m["is_read"]
-    badge = " <b>Unread</b>" if unread else ""
-    return (f'<div class="msg{" mine" if mine else ""}" id="m{m["id"]}">'
-            f'<span class="who">{esc("You" if mine else m["name"])}</span> '
-            f'<span class="muted">{stamp(m["sent_at"], ctx.now)}</span>{badge}'
-            f"<div>{multiline(m['body'])}</div>{_unread_form(ctx, m, mine or unread)}</div>")
+    badge = Markup(" <b>Unread</b>" if unread else "")
+    return markup('<div class="msg{}" id="m{}"><span class="who">{}</span> '
+                  '<span class="muted">{}</span>{}<div>{}</div>{}</div>',
+                  Markup(" mine" if mine else ""), m["id"], "You" if mine else m["name"],
+                  stamp(m["sent_at"], ctx.now), badge, multiline(m["body"]),
+                  _unread_form(ctx, m, mine or unread))
 
 
-def _unread_form(ctx: PageContext, m: dict[str, Any], hide: bool) -> str:
+def _unread_form(ctx: PageContext, m: dict[str, Any], hide: bool) -> Markup:
     """The "Mark unread" button of a read message someone else sent (``mark_unread``)."""
     if hide:
-        return ""
+        return Markup()
     name = f"Mark message {m['id']} from {m['name']} as unread"
     return post_form(ctx.url(f"/messages/{m['id']}/unread"), button("Mark unread", name))
 
 
-def _send_form(ctx: PageContext, conversation_id: int) -> str:
-    box = '<textarea name="body" rows="3" cols="60" maxlength="4000"></textarea>'
-    inner = f"<p>{labelled('Message', box)}</p><p>{button('Send')}</p>"
+def _send_form(ctx: PageContext, conversation_id: int) -> Markup:
+    box = Markup('<textarea name="body" rows="3" cols="60" maxlength="4000"></textarea>')
+    inner = markup("<p>{}</p><p>{}</p>", labelled("Message", box), button("Send"))
     return post_form(ctx.url(f"/conversations/{conversation_id}/send"), inner)
 
 
@@ -256,37 +259,37 @@ def people(ctx: PageContext) -> Page:
                      "ESCAPE '\\' OR COALESCE(email, '') LIKE ? ESCAPE '\\')")
         params += [like(word)] * 5
     rows = ctx.rows(f"SELECT * FROM users WHERE {' AND '.join(where)} ORDER BY id", params)
-    body = "".join(_person_row(ctx, p) for p in rows)
-    table = (f"<table><tr><th>Name</th><th>Work</th><th>Contact</th><th></th></tr>{body}"
-             f"</table>" if rows else "<p>Nobody matches.</p>")
-    return Page("People", f"<h1>People</h1>{_get_form(ctx, '/people', 'Find people', q)}"
-                          f"{table}")
+    body = Markup().join(_person_row(ctx, p) for p in rows)
+    table = (markup("<table><tr><th>Name</th><th>Work</th><th>Contact</th><th></th></tr>{}"
+                    "</table>", body) if rows else Markup("<p>Nobody matches.</p>"))
+    return Page("People", markup("<h1>People</h1>{}{}",
+                                 _get_form(ctx, "/people", "Find people", q), table))
 
 
-def _get_form(ctx: PageContext, path: str, label: str, q: str) -> str:
-    return (f'<form method="get" action="{esc(ctx.url(path))}" role="search">'
-            f"{labelled(label, text_input('q', q, kind='search'))} {button('Search')}</form>")
+def _get_form(ctx: PageContext, path: str, label: str, q: str) -> Markup:
+    return markup('<form method="get" action="{}" role="search">{} {}</form>', ctx.url(path),
+                  labelled(label, text_input("q", q, kind="search")), button("Search"))
 
 
-def _person_row(ctx: PageContext, p: dict[str, Any]) -> str:
+def _person_row(ctx: PageContext, p: dict[str, Any]) -> Markup:
     work = ", ".join(str(v) for v in (p["title"], p["company"]) if v)
     contact = " · ".join(str(v) for v in (p["email"], p["phone"]) if v)
-    return (f"<tr><td>{esc(p['name'])} <span class=\"muted\">@{esc(p['handle'])}</span></td>"
-            f"<td>{esc(work)}</td><td>{esc(contact)}</td><td>{_talk(ctx, p)}</td></tr>")
+    return markup('<tr><td>{} <span class="muted">@{}</span></td><td>{}</td><td>{}</td>'
+                  "<td>{}</td></tr>", p["name"], p["handle"], work, contact, _talk(ctx, p))
 
 
-def _talk(ctx: PageContext, p: dict[str, Any]) -> str:
+def _talk(ctx: PageContext, p: dict[str, Any]) -> Markup:
     """A link to the direct conversation with `p`, or a button that starts one."""
     if p["id"] == ME:
-        return '<span class="muted">(you)</span>'
+        return Markup('<span class="muted">(you)</span>')
     existing = ctx.value(
         "SELECT c.id FROM conversations c WHERE c.kind = 'direct' AND EXISTS (SELECT 1 FROM "
         "conversation_members WHERE conversation_id = c.id AND user_id = ?) AND EXISTS "
         "(SELECT 1 FROM conversation_members WHERE conversation_id = c.id AND user_id = ?) "
         "ORDER BY c.id LIMIT 1", (ME, p["id"]))
     if existing is not None:
-        href = esc(ctx.url(f"/conversations/{existing}"))
-        return f'<a href="{href}" aria-label="Open conversation with {esc(p["name"])}">Open</a>'
+        return markup('<a href="{}" aria-label="Open conversation with {}">Open</a>',
+                      ctx.url(f"/conversations/{existing}"), p["name"])
     return post_form(ctx.url("/new"), hidden("member_id", p["id"])
                      + button("Message", f"Start a conversation with {p['name']}"))
 
@@ -296,7 +299,7 @@ def search(ctx: PageContext) -> Page:
     q = ctx.request.arg("q").strip()
     form = _get_form(ctx, "/search", "Search messages", q)
     if not q:
-        return Page("Search", f"<h1>Search messages</h1>{form}")
+        return Page("Search", markup("<h1>Search messages</h1>{}", form))
     where = ["m.conversation_id IN (SELECT conversation_id FROM conversation_members "
              "WHERE user_id = ?)"]
     params: list[Any] = [ME]
@@ -308,35 +311,38 @@ def search(ctx: PageContext) -> Page:
     rows = ctx.rows(f"SELECT m.*, u.name FROM messages m JOIN users u ON u.id = m.sender_id "
                     f"WHERE {clause} ORDER BY m.sent_at DESC, m.id DESC LIMIT {MAX_RESULTS}",
                     params)
-    hits = "".join(_hit(ctx, m) for m in rows)
+    hits = Markup().join(_hit(ctx, m) for m in rows)
     shown = count(total, "message") + (f", the newest {MAX_RESULTS} shown" if total > len(rows)
                                    else "")
-    return Page("Search", f"<h1>Search messages</h1>{form}"
-                          f'<p class="muted" role="status">{esc(shown)}</p>{hits}')
+    return Page("Search", markup('<h1>Search messages</h1>{}<p class="muted" role="status">{}'
+                                 "</p>{}", form, shown, hits))
 
 
-def _hit(ctx: PageContext, m: dict[str, Any]) -> str:
+def _hit(ctx: PageContext, m: dict[str, Any]) -> Markup:
     conversation = ctx.row("SELECT * FROM conversations WHERE id = ?", (m["conversation_id"],))
     title = _title(ctx, conversation) if conversation else ""
     who = "You" if m["sender_id"] == ME else m["name"]
-    return (f'<div class="msg"><span class="who">{esc(who)}</span> in '
-            f"{_conversation_link(ctx, m['conversation_id'], title)} "
-            f'<span class="muted">{stamp(m["sent_at"], ctx.now)}</span>'
-            f"<div>{multiline(m['body'])}</div></div>")
+    return markup('<div class="msg"><span class="who">{}</span> in {} '
+                  '<span class="muted">{}</span><div>{}</div></div>', who,
+                  _conversation_link(ctx, m["conversation_id"], title),
+                  stamp(m["sent_at"], ctx.now), multiline(m["body"]))
 
 
 @site.page("/new")
 def new(ctx: PageContext) -> Page:
     others = ctx.rows("SELECT id, name FROM users WHERE id <> ? ORDER BY name, id", (ME,))
-    people_boxes = "".join(f"<div>{checkbox('member_id', p['id'], p['name'])}</div>"
-                           for p in others)
-    box = '<textarea name="first_message" rows="3" cols="60" maxlength="4000"></textarea>'
+    people_boxes = Markup().join(markup("<div>{}</div>", checkbox("member_id", p["id"],
+                                                                  p["name"]))
+                                 for p in others)
+    box = Markup('<textarea name="first_message" rows="3" cols="60" maxlength="4000">'
+                 "</textarea>")
     title = labelled("Group title (for more than one person)",
                      text_input("title", maxlength=100))
-    inner = (f"<fieldset><legend>With</legend>{people_boxes}</fieldset><p>{title}</p>"
-             f"<p>{labelled('First message (optional)', box)}</p><p>{button('Start')}</p>")
-    return Page("New conversation", f"<h1>New conversation</h1>"
-                                    f"{post_form(ctx.url('/new'), inner)}")
+    inner = markup("<fieldset><legend>With</legend>{}</fieldset><p>{}</p><p>{}</p><p>{}</p>",
+                   people_boxes, title, labelled("First message (optional)", box),
+                   button("Start"))
+    return Page("New conversation", markup("<h1>New conversation</h1>{}",
+                                           post_form(ctx.url("/new"), inner)))
 
 
 @site.form("/new")

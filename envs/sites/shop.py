@@ -21,7 +21,7 @@ from typing import Any
 from envs.app import CURRENT_USER
 from envs.apps._common import like
 from envs.apps.shop import FREE_SHIPPING_FROM_CENTS, SHIPPING_CENTS
-from envs.site import Blob, Fields, Page, PageContext, Redirect, Site, esc, link
+from envs.site import Blob, Fields, Markup, Page, PageContext, Redirect, Site, link, markup
 from envs.sites._html import (
     button,
     checkbox,
@@ -64,23 +64,24 @@ def nok(cents: int | None) -> str:
 
 
 def _not_found(what: str) -> Page:
-    return Page("Not found", f"<h1>Not found</h1><p>{esc(what)}</p>"
-                             f'<p><a href="/shop/products">All products</a></p>', 404)
+    return Page("Not found", markup('<h1>Not found</h1><p>{}</p><p><a href="/shop/products">'
+                                    "All products</a></p>", what), 404)
 
 
-def _order_link(ctx: PageContext, o: dict[str, Any]) -> str:
+def _order_link(ctx: PageContext, o: dict[str, Any]) -> Markup:
     return link(ctx.url(f"/orders/{o['id']}"), o["order_number"])
 
 
-def _product_link(ctx: PageContext, product_id: int, name: str) -> str:
+def _product_link(ctx: PageContext, product_id: int, name: str) -> Markup:
     return link(ctx.url(f"/products/{product_id}"), name)
 
 
-def _table(head: tuple[str, ...], rows: str, numeric: frozenset[int] = frozenset()) -> str:
-    num = ' class="num"'
-    cells = "".join(f"<th{num if i in numeric else ''}>{esc(h)}</th>"
-                    for i, h in enumerate(head))
-    return f"<table><tr>{cells}</tr>{rows}</table>"
+def _table(head: tuple[str, ...], rows: Markup, numeric: frozenset[int] = frozenset()
+           ) -> Markup:
+    num = Markup(' class="num"')
+    cells = Markup().join(markup("<th{}>{}</th>", num if i in numeric else Markup(), h)
+                          for i, h in enumerate(head))
+    return markup("<table><tr>{}</tr>{}</table>", cells, rows)
 
 
 # --- photos ---------------------------------------------------------------------------------
@@ -96,12 +97,12 @@ def _photo_alt(ctx: PageContext, product: dict[str, Any]) -> str | None:
     return str(found["alt"] or f"Photo of {product['name']}")
 
 
-def _photo(ctx: PageContext, product: dict[str, Any], css: str) -> str:
+def _photo(ctx: PageContext, product: dict[str, Any], css: str) -> Markup:
     alt = _photo_alt(ctx, product)
     if alt is None:
-        return f'<div class="{css} muted">No photo</div>'
+        return markup('<div class="{} muted">No photo</div>', css)
     src = ctx.url(f"/products/{product['id']}/photo")
-    return f'<img class="{css}" src="{esc(src)}" alt="{esc(alt)}">'
+    return markup('<img class="{}" src="{}" alt="{}">', css, src, alt)
 
 
 @site.page("/products/{product_id:int}/photo")
@@ -110,7 +111,9 @@ def photo(ctx: PageContext, product_id: int) -> Page | Blob:
                     (product_id,)) if ctx.has_table("product_images") else None
     if found is None:
         return _not_found(f"No photo of product {product_id}.")
-    return Blob(str(found["content_type"]), bytes(found["data"]))
+    data = found["data"]
+    return Blob(str(found["content_type"]), data if isinstance(data, bytes)
+                else str(data).encode("utf-8"))
 
 
 # --- the cart's arithmetic (envs.apps.shop: _cart_rows, _shipping, _cart) -------------------
@@ -152,25 +155,25 @@ def _problem(line: dict[str, Any]) -> str:
     return ""
 
 
-def _warning(line: dict[str, Any]) -> str:
+def _warning(line: dict[str, Any]) -> Markup:
     problem = _problem(line)
-    return f'<div class="error">{esc(problem)}</div>' if problem else ""
+    return markup('<div class="error">{}</div>', problem) if problem else Markup()
 
 
-def _totals_table(totals: Totals) -> str:
+def _totals_table(totals: Totals) -> Markup:
     rows = (("Subtotal (excl. MVA)", totals.subtotal), ("Shipping", totals.shipping),
             ("MVA 25 %", totals.vat), ("Total incl. MVA", totals.total))
-    body = "".join(f'<tr><th>{esc(k)}</th><td class="num">{esc(nok(v))}</td></tr>'
-                   for k, v in rows)
-    return f'<table class="totals" aria-label="Totals">{body}</table>'
+    body = Markup().join(markup('<tr><th>{}</th><td class="num">{}</td></tr>', k, nok(v))
+                         for k, v in rows)
+    return markup('<table class="totals" aria-label="Totals">{}</table>', body)
 
 
-def _shipping_hint(totals: Totals) -> str:
+def _shipping_hint(totals: Totals) -> Markup:
     if totals.shipping == 0:
-        return "" if totals.subtotal == 0 else '<p class="muted">Free shipping.</p>'
+        return Markup("" if totals.subtotal == 0 else '<p class="muted">Free shipping.</p>')
     missing = FREE_SHIPPING_FROM_CENTS - totals.subtotal
-    return (f'<p class="muted">Shipping is free from {esc(nok(FREE_SHIPPING_FROM_CENTS))}: '
-            f"add {esc(nok(missing))} more.</p>")
+    return markup('<p class="muted">Shipping is free from {}: add {} more.</p>',
+                  nok(FREE_SHIPPING_FROM_CENTS), nok(missing))
 
 
 # --- home and catalogue ---------------------------------------------------------------------
@@ -181,34 +184,37 @@ def home(ctx: PageContext) -> Page:
     categories = ctx.rows(
         "SELECT c.slug, c.name, (SELECT count(*) FROM products p WHERE p.category_id = c.id "
         "AND p.is_active = 1) AS n FROM categories c ORDER BY c.name, c.id")
-    items = "".join(f'<li><a href="{esc(ctx.url("/products", category=c["slug"]))}">'
-                    f'{esc(c["name"])}</a> <span class="muted">({c["n"]})</span></li>'
-                    for c in categories)
-    return Page("Shop", f"<h1>AVLager</h1>{_search_box(ctx)}{_cart_summary(ctx)}"
-                        f"<h2>Categories</h2><ul>{items}</ul>{_recent_orders(ctx)}")
+    items = Markup().join(markup('<li><a href="{}">{}</a> <span class="muted">({})</span>'
+                                 "</li>", ctx.url("/products", category=c["slug"]),
+                                 c["name"], c["n"]) for c in categories)
+    return Page("Shop", markup("<h1>AVLager</h1>{}{}<h2>Categories</h2><ul>{}</ul>{}",
+                               _search_box(ctx), _cart_summary(ctx), items,
+                               _recent_orders(ctx)))
 
 
-def _search_box(ctx: PageContext) -> str:
-    return (f'<form method="get" action="{esc(ctx.url("/products"))}" role="search">'
-            f'{labelled("Search products", text_input("q", kind="search"))} '
-            f"{button('Search')}</form>")
+def _search_box(ctx: PageContext) -> Markup:
+    return markup('<form method="get" action="{}" role="search">{} {}</form>',
+                  ctx.url("/products"),
+                  labelled("Search products", text_input("q", kind="search")),
+                  button("Search"))
 
 
-def _cart_summary(ctx: PageContext) -> str:
+def _cart_summary(ctx: PageContext) -> Markup:
     lines = _cart_lines(ctx)
     if not lines:
-        return "<p>Your cart is empty.</p>"
+        return Markup("<p>Your cart is empty.</p>")
     units = sum(int(line["quantity"]) for line in lines)
-    return (f"<p>{link(ctx.url('/cart'), 'Your cart: ' + count(units, 'item'))} · "
-            f"{esc(nok(Totals.of(lines).total))} incl. MVA</p>")
+    return markup("<p>{} · {} incl. MVA</p>",
+                  link(ctx.url("/cart"), "Your cart: " + count(units, "item")),
+                  nok(Totals.of(lines).total))
 
 
-def _recent_orders(ctx: PageContext) -> str:
+def _recent_orders(ctx: PageContext) -> Markup:
     rows = ctx.rows("SELECT id, order_number, status, placed_at FROM orders WHERE "
                     "user_id = ? ORDER BY placed_at DESC, id DESC LIMIT 3", (ME,))
-    items = "".join(f"<li>{_order_link(ctx, o)} "
-                    f"{esc(o['status'])} · {esc(day(o['placed_at']))}</li>" for o in rows)
-    return f"<h2>Recent orders</h2><ul>{items}</ul>" if rows else ""
+    items = Markup().join(markup("<li>{} {} · {}</li>", _order_link(ctx, o), o["status"],
+                                 day(o["placed_at"])) for o in rows)
+    return markup("<h2>Recent orders</h2><ul>{}</ul>", items) if rows else Markup()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,19 +292,19 @@ def products(ctx: PageContext) -> Page:
                     f"LIMIT {PER_PAGE} OFFSET {(f.page - 1) * PER_PAGE}", params)
     heading = (f"Results for “{f.q}”" if f.q else
                str(category["name"]) if category else "Products")
-    cards = "".join(_card(ctx, p) for p in rows) or "<p>No products match.</p>"
+    cards = Markup().join(_card(ctx, p) for p in rows) or Markup("<p>No products match.</p>")
     shown = count(total, "product") + (
         "" if total <= PER_PAGE else f" · page {f.page} of {_pages(total)}")
-    return Page(heading, f"<h1>{esc(heading)}</h1>{_filter_form(ctx, f)}"
-                          f'<p class="muted" role="status">{esc(shown)}</p>'
-                          f'<div class="grid">{cards}</div>{_pager(ctx, f, total)}')
+    return Page(heading, markup('<h1>{}</h1>{}<p class="muted" role="status">{}</p>'
+                                '<div class="grid">{}</div>{}', heading, _filter_form(ctx, f),
+                                shown, cards, _pager(ctx, f, total)))
 
 
 def _pages(total: int) -> int:
     return max(1, (total + PER_PAGE - 1) // PER_PAGE)
 
 
-def _filter_form(ctx: PageContext, f: Filters) -> str:
+def _filter_form(ctx: PageContext, f: Filters) -> Markup:
     categories = [("", "All categories"), *((str(c["slug"]), str(c["name"])) for c in ctx.rows(
         "SELECT slug, name FROM categories ORDER BY name, id"))]
     brands = [("", "All brands"), *((str(b["brand"]), str(b["brand"])) for b in ctx.rows(
@@ -315,41 +321,41 @@ def _filter_form(ctx: PageContext, f: Filters) -> str:
                                                      kind="number", size=8, maxlength=9)),
               checkbox("in_stock", "1", "In stock only", checked=f.in_stock),
               labelled("Sort by", select("sort", SORTS, f.sort)), button("Apply"))
-    return (f'<form method="get" action="{esc(ctx.url("/products"))}" role="search" '
-            f'class="card">{" ".join(fields)}</form>')
+    return markup('<form method="get" action="{}" role="search" class="card">{}</form>',
+                  ctx.url("/products"), Markup(" ").join(fields))
 
 
-def _pager(ctx: PageContext, f: Filters, total: int) -> str:
+def _pager(ctx: PageContext, f: Filters, total: int) -> Markup:
     pages = _pages(total)
     if pages == 1:
-        return ""
+        return Markup()
     links = []
     if f.page > 1:
         links.append(link(ctx.url("/products", **f.query(page=f.page - 1)), "Previous"))
     for n in range(1, pages + 1):
-        href = esc(ctx.url("/products", **f.query(page=n)))
-        current = ' aria-current="page"' if n == f.page else ""
-        links.append(f'<a href="{href}" aria-label="Page {n}"{current}>{n}</a>')
+        current = Markup(' aria-current="page"' if n == f.page else "")
+        links.append(markup('<a href="{}" aria-label="Page {}"{}>{}</a>',
+                            ctx.url("/products", **f.query(page=n)), n, current, n))
     if f.page < pages:
         links.append(link(ctx.url("/products", **f.query(page=f.page + 1)), "Next"))
-    return f'<nav aria-label="Pages"><p>{" ".join(links)}</p></nav>'
+    return markup('<nav aria-label="Pages"><p>{}</p></nav>', Markup(" ").join(links))
 
 
-def _card(ctx: PageContext, p: dict[str, Any]) -> str:
+def _card(ctx: PageContext, p: dict[str, Any]) -> Markup:
     href = ctx.url(f"/products/{p['id']}")
-    return (f'<div class="card">{_photo(ctx, p, "thumb")}<div>{link(href, p["name"])}</div>'
-            f'<div class="muted">{esc(p["sku"])} · {esc(p["brand"] or "")}</div>'
-            f"<div>{esc(nok(p['price_cents']))} excl. MVA / {esc(p['unit'])}</div>"
-            f"<div>{esc(_stock_text(p))}</div>{_quick_add(ctx, p)}</div>")
+    return markup('<div class="card">{}<div>{}</div><div class="muted">{} · {}</div>'
+                  "<div>{} excl. MVA / {}</div><div>{}</div>{}</div>",
+                  _photo(ctx, p, "thumb"), link(href, p["name"]), p["sku"], p["brand"] or "",
+                  nok(p["price_cents"]), p["unit"], _stock_text(p), _quick_add(ctx, p))
 
 
 def _stock_text(p: dict[str, Any]) -> str:
     return f"{p['stock']} {p['unit']} in stock" if p["stock"] > 0 else "Out of stock"
 
 
-def _quick_add(ctx: PageContext, p: dict[str, Any]) -> str:
+def _quick_add(ctx: PageContext, p: dict[str, Any]) -> Markup:
     if not p["is_active"] or p["stock"] <= 0:
-        return ""
+        return Markup()
     inner = (hidden("product_id", p["id"]) + hidden("quantity", 1)
              + button("Add to cart", f"Add {p['name']} to cart"))
     return post_form(ctx.url("/cart/add"), inner)
@@ -364,44 +370,44 @@ def product(ctx: PageContext, product_id: int) -> Page:
                 "JOIN categories c ON c.id = p.category_id WHERE p.id = ?", (product_id,))
     if p is None:
         return _not_found(f"No product {product_id}.")
-    crumbs = (f'<p class="muted">{link(ctx.url("/products"), "Products")} › '
-              f'{link(ctx.url("/products", category=p["category_slug"]), p["category"])}</p>')
-    specs = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in (
+    crumbs = markup('<p class="muted">{} › {}</p>', link(ctx.url("/products"), "Products"),
+                    link(ctx.url("/products", category=p["category_slug"]), p["category"]))
+    specs = Markup().join(markup("<tr><th>{}</th><td>{}</td></tr>", k, v) for k, v in (
         ("SKU", p["sku"]), ("Brand", p["brand"] or ""), ("Category", p["category"]),
         ("Unit", p["unit"]), ("Price", f"{nok(p['price_cents'])} excl. MVA"),
         ("Stock", _stock_text(p))))
-    return Page(p["name"], f"{crumbs}<h1>{esc(p['name'])}</h1>{_photo(ctx, p, 'photo')}"
-                           f'<table class="specs">{specs}</table>{_in_cart(ctx, p)}'
-                           f"{_add_form(ctx, p)}{_ordered_in(ctx, p)}")
+    return Page(p["name"], markup('{}<h1>{}</h1>{}<table class="specs">{}</table>{}{}{}',
+                                  crumbs, p["name"], _photo(ctx, p, "photo"), specs,
+                                  _in_cart(ctx, p), _add_form(ctx, p), _ordered_in(ctx, p)))
 
 
-def _in_cart(ctx: PageContext, p: dict[str, Any]) -> str:
+def _in_cart(ctx: PageContext, p: dict[str, Any]) -> Markup:
     quantity = ctx.value("SELECT quantity FROM cart_items WHERE user_id = ? AND "
                          "product_id = ?", (ME, p["id"]))
     if quantity is None:
-        return ""
+        return Markup()
     text = f"In your cart: {quantity} {p['unit']}"
-    return f"<p>{link(ctx.url('/cart'), text)}</p>"
+    return markup("<p>{}</p>", link(ctx.url("/cart"), text))
 
 
-def _add_form(ctx: PageContext, p: dict[str, Any]) -> str:
+def _add_form(ctx: PageContext, p: dict[str, Any]) -> Markup:
     if not p["is_active"]:
-        return "<p><b>No longer sold.</b></p>"
+        return Markup("<p><b>No longer sold.</b></p>")
     if p["stock"] <= 0:
-        return "<p><b>Out of stock</b>: it can't be added to the cart now.</p>"
+        return Markup("<p><b>Out of stock</b>: it can't be added to the cart now.</p>")
     quantity = text_input("quantity", 1, kind="number", size=5, maxlength=3)
     inner = (hidden("product_id", p["id"]) + labelled("Quantity", quantity) + " "
              + button("Add to cart"))
     return post_form(ctx.url("/cart/add"), inner)
 
 
-def _ordered_in(ctx: PageContext, p: dict[str, Any]) -> str:
+def _ordered_in(ctx: PageContext, p: dict[str, Any]) -> Markup:
     rows = ctx.rows("SELECT DISTINCT o.id, o.order_number, o.placed_at FROM orders o JOIN "
                     "order_items i ON i.order_id = o.id WHERE o.user_id = ? AND "
                     "i.product_id = ? ORDER BY o.placed_at DESC, o.id DESC", (ME, p["id"]))
-    items = "".join(f"<li>{_order_link(ctx, o)} · "
-                    f"{esc(day(o['placed_at']))}</li>" for o in rows)
-    return f"<h2>You ordered it in</h2><ul>{items}</ul>" if rows else ""
+    items = Markup().join(markup("<li>{} · {}</li>", _order_link(ctx, o), day(o["placed_at"]))
+                          for o in rows)
+    return markup("<h2>You ordered it in</h2><ul>{}</ul>", items) if rows else Markup()
 
 
 # --- the cart --------------------------------------------------------------------------------
@@ -411,18 +417,18 @@ def _ordered_in(ctx: PageContext, p: dict[str, Any]) -> str:
 def cart(ctx: PageContext) -> Page:
     lines = _cart_lines(ctx)
     if not lines:
-        return Page("Cart", f"<h1>Cart</h1><p>Your cart is empty.</p>"
-                            f"<p>{link(ctx.url('/products'), 'Browse the products')}</p>")
-    rows = "".join(_cart_row(ctx, line) for line in lines)
+        return Page("Cart", markup("<h1>Cart</h1><p>Your cart is empty.</p><p>{}</p>",
+                                   link(ctx.url("/products"), "Browse the products")))
+    rows = Markup().join(_cart_row(ctx, line) for line in lines)
     totals = Totals.of(lines)
     table = _table(("Product", "Unit price", "Quantity", "Total", ""), rows,
                    frozenset({1, 3}))
-    return Page("Cart", f"<h1>Cart</h1>{table}<h2>Totals</h2>{_totals_table(totals)}"
-                        f"{_shipping_hint(totals)}"
-                        f"<p>{link(ctx.url('/checkout'), 'Go to checkout')}</p>")
+    return Page("Cart", markup("<h1>Cart</h1>{}<h2>Totals</h2>{}{}<p>{}</p>", table,
+                               _totals_table(totals), _shipping_hint(totals),
+                               link(ctx.url("/checkout"), "Go to checkout")))
 
 
-def _cart_row(ctx: PageContext, line: dict[str, Any]) -> str:
+def _cart_row(ctx: PageContext, line: dict[str, Any]) -> Markup:
     name, pid = line["name"], line["product_id"]
     quantity = text_input("quantity", line["quantity"], kind="number", size=5, maxlength=3)
     update = post_form(ctx.url("/cart/update"), hidden("product_id", pid)
@@ -430,11 +436,11 @@ def _cart_row(ctx: PageContext, line: dict[str, Any]) -> str:
                        + button("Update", f"Update quantity of {name}"), inline=True)
     remove = post_form(ctx.url("/cart/remove"), hidden("product_id", pid)
                        + button("Remove", f"Remove {name} from cart"), inline=True)
-    return (f"<tr><td>{link(ctx.url(f'/products/{pid}'), name)}"
-            f'<div class="muted">{esc(line["sku"])}</div>{_warning(line)}</td>'
-            f'<td class="num">{esc(nok(line["unit_price_cents"]))} / {esc(line["unit"])}</td>'
-            f"<td>{update}</td>"
-            f'<td class="num">{esc(nok(line["line_total_cents"]))}</td><td>{remove}</td></tr>')
+    return markup('<tr><td>{}<div class="muted">{}</div>{}</td><td class="num">{} / {}</td>'
+                  '<td>{}</td><td class="num">{}</td><td>{}</td></tr>',
+                  link(ctx.url(f"/products/{pid}"), name), line["sku"], _warning(line),
+                  nok(line["unit_price_cents"]), line["unit"], update,
+                  nok(line["line_total_cents"]), remove)
 
 
 @site.form("/cart/add")
@@ -476,30 +482,30 @@ def _address_text(a: dict[str, Any]) -> str:
 def checkout(ctx: PageContext) -> Page:
     lines = _cart_lines(ctx)
     if not lines:
-        return Page("Checkout", f"<h1>Checkout</h1><p>Your cart is empty.</p>"
-                                f"<p>{link(ctx.url('/products'), 'Browse the products')}</p>")
-    rows = "".join(f"<tr><td>{esc(li['name'])}<div class=\"muted\">{esc(li['sku'])}</div>"
-                   f"{_warning(li)}</td>"
-                   f'<td class="num">{li["quantity"]}</td>'
-                   f'<td class="num">{esc(nok(li["line_total_cents"]))}</td></tr>'
-                   for li in lines)
+        return Page("Checkout", markup("<h1>Checkout</h1><p>Your cart is empty.</p><p>{}</p>",
+                                       link(ctx.url("/products"), "Browse the products")))
+    rows = Markup().join(markup('<tr><td>{}<div class="muted">{}</div>{}</td>'
+                                '<td class="num">{}</td><td class="num">{}</td></tr>',
+                                li["name"], li["sku"], _warning(li), li["quantity"],
+                                nok(li["line_total_cents"])) for li in lines)
     table = _table(("Product", "Quantity", "Total"), rows, frozenset({1, 2}))
     totals = Totals.of(lines)
-    return Page("Checkout", f"<h1>Checkout</h1>{table}<h2>Totals</h2>{_totals_table(totals)}"
-                            f"{_shipping_hint(totals)}{_place_form(ctx)}")
+    return Page("Checkout", markup("<h1>Checkout</h1>{}<h2>Totals</h2>{}{}{}", table,
+                                   _totals_table(totals), _shipping_hint(totals),
+                                   _place_form(ctx)))
 
 
-def _place_form(ctx: PageContext) -> str:
+def _place_form(ctx: PageContext) -> Markup:
     addresses = _addresses(ctx)
     add = link(ctx.url("/addresses", then="checkout"), "Add a new address")
     if not addresses:
-        return f"<h2>Shipping address</h2><p>You have no address yet. {add}.</p>"
-    choices = "".join(
-        f'<div><label><input type="radio" name="shipping_address_id" value="{a["id"]}"'
-        f'{" checked" if i == 0 else ""}> <b>{esc(a["label"])}</b>: '
-        f'{esc(_address_text(a))}</label></div>' for i, a in enumerate(addresses))
-    inner = (f"<fieldset><legend>Shipping address</legend>{choices}<p>{add}</p></fieldset>"
-             f"<p>{button('Place order')}</p>")
+        return markup("<h2>Shipping address</h2><p>You have no address yet. {}.</p>", add)
+    choices = Markup().join(
+        markup('<div><label><input type="radio" name="shipping_address_id" value="{}"{}> '
+               "<b>{}</b>: {}</label></div>", a["id"], Markup(" checked" if i == 0 else ""),
+               a["label"], _address_text(a)) for i, a in enumerate(addresses))
+    inner = markup("<fieldset><legend>Shipping address</legend>{}<p>{}</p></fieldset>"
+                   "<p>{}</p>", choices, add, button("Place order"))
     return post_form(ctx.url("/checkout"), inner)
 
 
@@ -527,20 +533,20 @@ def orders(ctx: PageContext) -> Page:
         f"SELECT o.*, (SELECT count(*) FROM order_items i WHERE i.order_id = o.id) AS lines, "
         f"(SELECT coalesce(sum(quantity), 0) FROM order_items i WHERE i.order_id = o.id) AS "
         f"units FROM orders o WHERE {where} ORDER BY placed_at DESC, id DESC", params)
-    body = "".join(
-        f"<tr><td>{_order_link(ctx, o)}</td>"
-        f"<td>{stamp(o['placed_at'], ctx.now)}</td><td>{esc(o['status'])}</td>"
-        f'<td class="num">{count(o["lines"], "line")}, {count(o["units"], "unit")}</td>'
-        f'<td class="num">{esc(nok(o["total_cents"]))}</td></tr>' for o in rows)
+    body = Markup().join(
+        markup('<tr><td>{}</td><td>{}</td><td>{}</td><td class="num">{}, {}</td>'
+               '<td class="num">{}</td></tr>', _order_link(ctx, o),
+               stamp(o["placed_at"], ctx.now), o["status"], count(o["lines"], "line"),
+               count(o["units"], "unit"), nok(o["total_cents"])) for o in rows)
     table = (_table(("Order", "Placed", "Status", "Items", "Total incl. MVA"), body,
-                    frozenset({3, 4})) if rows else "<p>No orders.</p>")
-    return Page("Orders", f"<h1>Orders</h1>{_status_filter(ctx, status)}{table}")
+                    frozenset({3, 4})) if rows else Markup("<p>No orders.</p>"))
+    return Page("Orders", markup("<h1>Orders</h1>{}{}", _status_filter(ctx, status), table))
 
 
-def _status_filter(ctx: PageContext, status: str) -> str:
+def _status_filter(ctx: PageContext, status: str) -> Markup:
     options = [("", "All orders"), *((s, s.capitalize()) for s in STATUSES)]
-    return (f'<form method="get" action="{esc(ctx.url("/orders"))}">'
-            f'{labelled("Status", select("status", options, status))} {button("Show")}</form>')
+    return markup('<form method="get" action="{}">{} {}</form>', ctx.url("/orders"),
+                  labelled("Status", select("status", options, status)), button("Show"))
 
 
 @site.page("/orders/{order_id:int}")
@@ -549,66 +555,69 @@ def order(ctx: PageContext, order_id: int) -> Page:
     if o is None:
         return _not_found(f"No order {order_id}.")
     title = f"Order {o['order_number']}"
-    return Page(title, f"{notice(ctx, DONE)}<h1>{esc(title)}</h1>{_order_facts(ctx, o)}"
-                       f"<h2>Items</h2>{_order_lines(ctx, o)}"
-                       f"<h2>Totals</h2>{_totals_table(_order_totals(o))}"
-                       f"<h2>Status history</h2>{_history(ctx, o)}{_cancel_form(ctx, o)}")
+    return Page(title, markup("{}<h1>{}</h1>{}<h2>Items</h2>{}<h2>Totals</h2>{}"
+                              "<h2>Status history</h2>{}{}", notice(ctx, DONE), title,
+                              _order_facts(ctx, o), _order_lines(ctx, o),
+                              _totals_table(_order_totals(o)), _history(ctx, o),
+                              _cancel_form(ctx, o)))
 
 
 def _order_totals(o: dict[str, Any]) -> Totals:
     return Totals(o["subtotal_cents"], o["shipping_cents"], o["vat_cents"], o["total_cents"])
 
 
-def _order_facts(ctx: PageContext, o: dict[str, Any]) -> str:
+def _order_facts(ctx: PageContext, o: dict[str, Any]) -> Markup:
     address = ctx.row("SELECT * FROM addresses WHERE id = ?", (o["shipping_address_id"],))
-    facts = [("Status", esc(o["status"])), ("Placed", stamp(o["placed_at"], ctx.now))]
+    facts: list[tuple[str, object]] = [("Status", o["status"]),
+                                       ("Placed", stamp(o["placed_at"], ctx.now))]
     if o["shipped_at"]:
         facts.append(("Shipped", stamp(o["shipped_at"], ctx.now)))
     if o["delivered_at"]:
         facts.append(("Delivered", stamp(o["delivered_at"], ctx.now)))
     if o["carrier"] or o["tracking_number"]:
-        facts.append(("Carrier", esc(" ".join(str(v) for v in (
-            o["carrier"], o["tracking_number"]) if v))))
+        facts.append(("Carrier", " ".join(str(v) for v in (
+            o["carrier"], o["tracking_number"]) if v)))
     if address is not None:
-        facts.append(("Ship to", f"<b>{esc(address['label'])}</b>: "
-                                 f"{esc(_address_text(address))}"))
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts)
-    return f'<table class="specs">{rows}</table>'
+        facts.append(("Ship to", markup("<b>{}</b>: {}", address["label"],
+                                        _address_text(address))))
+    rows = Markup().join(markup("<tr><th>{}</th><td>{}</td></tr>", k, v) for k, v in facts)
+    return markup('<table class="specs">{}</table>', rows)
 
 
-def _order_lines(ctx: PageContext, o: dict[str, Any]) -> str:
+def _order_lines(ctx: PageContext, o: dict[str, Any]) -> Markup:
     items = ctx.rows("SELECT i.product_id, i.quantity, i.unit_price_cents, i.line_total_cents, "
                      "p.sku, p.name FROM order_items i JOIN products p ON p.id = i.product_id "
                      "WHERE i.order_id = ? ORDER BY i.id", (o["id"],))
-    body = "".join(f"<tr>{_line_cells(ctx, i)}</tr>" for i in items)
+    body = Markup().join(markup("<tr>{}</tr>", _line_cells(ctx, i)) for i in items)
     return _table(("SKU", "Product", "Quantity", "Unit price", "Total"), body,
                   frozenset({2, 3, 4}))
 
 
-def _line_cells(ctx: PageContext, i: dict[str, Any]) -> str:
-    return (f"<td>{esc(i['sku'])}</td>"
-            f"<td>{_product_link(ctx, i['product_id'], i['name'])}</td>"
-            f'<td class="num">{i["quantity"]}</td>'
-            f'<td class="num">{esc(nok(i["unit_price_cents"]))}</td>'
-            f'<td class="num">{esc(nok(i["line_total_cents"]))}</td>')
+def _line_cells(ctx: PageContext, i: dict[str, Any]) -> Markup:
+    return markup('<td>{}</td><td>{}</td><td class="num">{}</td><td class="num">{}</td>'
+                  '<td class="num">{}</td>', i["sku"],
+                  _product_link(ctx, i["product_id"], i["name"]), i["quantity"],
+                  nok(i["unit_price_cents"]), nok(i["line_total_cents"]))
 
 
-def _history(ctx: PageContext, o: dict[str, Any]) -> str:
+def _history(ctx: PageContext, o: dict[str, Any]) -> Markup:
     rows = ctx.rows("SELECT status, note, changed_at FROM order_status_history WHERE "
                     "order_id = ? ORDER BY changed_at, id", (o["id"],))
-    body = "".join(f"<tr><td>{stamp(h['changed_at'], ctx.now)}</td><td>{esc(h['status'])}"
-                   f"</td><td>{esc(h['note'] or '')}</td></tr>" for h in rows)
-    return _table(("When", "Status", "Note"), body) if rows else "<p>No changes yet.</p>"
+    body = Markup().join(markup("<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                                stamp(h["changed_at"], ctx.now), h["status"], h["note"])
+                         for h in rows)
+    return (_table(("When", "Status", "Note"), body) if rows
+            else Markup("<p>No changes yet.</p>"))
 
 
-def _cancel_form(ctx: PageContext, o: dict[str, Any]) -> str:
+def _cancel_form(ctx: PageContext, o: dict[str, Any]) -> Markup:
     """Only an order that has not shipped can be cancelled (``cancel_order``)."""
     if o["status"] != "placed":
-        return ""
+        return Markup()
     reason = text_input("reason", size=50, maxlength=500)
     inner = (labelled("Reason for cancelling (optional)", reason) + " "
              + button("Cancel order"))
-    return "<h2>Cancel</h2>" + post_form(ctx.url(f"/orders/{o['id']}/cancel"), inner)
+    return Markup("<h2>Cancel</h2>") + post_form(ctx.url(f"/orders/{o['id']}/cancel"), inner)
 
 
 @site.form("/orders/{order_id:int}/cancel")
@@ -632,24 +641,27 @@ ADDRESS_FIELDS = (("label", "Label", True, 60), ("recipient", "Recipient", True,
 
 @site.page("/addresses")
 def addresses(ctx: PageContext) -> Page:
-    cards = "".join(
-        f'<div class="card"><b>{esc(a["label"])}</b>'
-        f'{" <span class=muted>(default)</span>" if a["is_default"] else ""}'
-        f"<div>{esc(_address_text(a))}</div></div>" for a in _addresses(ctx))
-    return Page("Addresses", f"{notice(ctx, DONE)}<h1>Addresses</h1>"
-                             f"{cards or '<p>No addresses yet.</p>'}"
-                             f"<h2>Add an address</h2>{_address_form(ctx)}")
+    default = Markup(" <span class=muted>(default)</span>")
+    cards = Markup().join(
+        markup('<div class="card"><b>{}</b>{}<div>{}</div></div>', a["label"],
+               default if a["is_default"] else Markup(), _address_text(a))
+        for a in _addresses(ctx))
+    return Page("Addresses", markup("{}<h1>Addresses</h1>{}<h2>Add an address</h2>{}",
+                                    notice(ctx, DONE),
+                                    cards or Markup("<p>No addresses yet.</p>"),
+                                    _address_form(ctx)))
 
 
-def _address_form(ctx: PageContext) -> str:
-    rows = "".join(f"<p>{_address_field(*spec)}</p>" for spec in ADDRESS_FIELDS)
+def _address_form(ctx: PageContext) -> Markup:
+    rows = Markup().join(markup("<p>{}</p>", _address_field(*spec)) for spec in ADDRESS_FIELDS)
     then = "checkout" if ctx.request.arg("then") == "checkout" else ""
-    inner = (rows + f"<p>{checkbox('make_default', '1', 'Make this my default address')}</p>"
+    inner = (rows + markup("<p>{}</p>", checkbox("make_default", "1",
+                                                 "Make this my default address"))
              + hidden("then", then) + button("Save address"))
     return post_form(ctx.url("/addresses"), inner, name="Add an address")
 
 
-def _address_field(name: str, label: str, required: bool, size: int) -> str:
+def _address_field(name: str, label: str, required: bool, size: int) -> Markup:
     control = text_input(name, "NO" if name == "country" else "", maxlength=size,
                          required=required)
     return labelled(label if required else f"{label} (optional)", control)

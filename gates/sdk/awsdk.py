@@ -3,8 +3,11 @@
 A task's verifier is a folder of scripts. ``gates.verifier.run_verifier`` runs each
 ``*.py`` file of it (files starting with ``_`` are helpers) as ``__main__`` of its own
 process, all of them in one sandbox, with the project's Python in isolated mode (``-I -S``:
-the standard library and this module only), no network, and bounded time, memory and
-output per script. What a script sees:
+the standard library and this module only), no network, no kernel keyrings, and bounded
+time, memory and output per script. The module path is the standard library's, then
+``/sdk``, then ``/verifier``: a helper is imported by its name, but a file named like a
+module of the standard library (``select.py``) or this SDK never stands in for it. What
+a script sees:
 
 =================  =================================================================
 ``/w0``            the initial world W0, read-only (``services/<service>.sqlite``,
@@ -14,7 +17,7 @@ output per script. What a script sees:
 ``/verifier``      the verifier folder itself, read-only (its helpers are importable)
 ``/sdk``           this module (``import awsdk``)
 ``/workspace``     a scratch directory, the working directory (shared by the scripts
-                   of one run, like ``/tmp``)
+                   of one run, like ``/tmp``; a tmpfs of its own, as /tmp and /dev/shm)
 ``AW_W0``, ``AW_W``, ``AW_ANSWER``  environment variables naming the three paths above
 =================  =================================================================
 
@@ -57,18 +60,27 @@ the sandbox's one Python process, which forks a process per script.
 
 from __future__ import annotations
 
+import atexit
+import binascii
+import builtins
+import ctypes
 import json
 import os
 import re
+import resource  # noqa: F401  (os.wait4 imports it for its rusage: here, not in a job)
+import select
 import sqlite3
 import sys
+import time
+import types
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 # Every verifier run pays for this module's imports at start-up (the driver imports it
 # once for all scripts): typing, dataclasses (which loads inspect) and difflib stay out of
-# the import path.
+# the import path. What the driver at the end uses is imported here, never later: a
+# module it imported once it had read a job could come from where a job put it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn, TypeAlias
@@ -426,6 +438,19 @@ _RETRY_S = 0.01  # how soon a fork that found no process to spare is tried again
 _GRACE_S = 1.0  # how long a killed script may take to be gone before it is killed again
 _RLIMIT_MSGQUEUE, _IPC_RMID = 12, 0
 _WRITABLE = ("/tmp", "/dev/shm", "/workspace")  # in a verifier sandbox
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_NO_NEW_PRIVS = 22, 2, 38
+_EPERM = 1
+# The keyring calls (add_key, request_key, keyctl) by seccomp's AUDIT_ARCH_* value, for
+# each machine's own ABI and the 32-bit one it also runs; on x86_64 an x32 call is the
+# same number with bit 30 set, which the filter masks off.
+_KEYRING_CALLS = {
+    "x86_64": ((0xC000003E, (248, 249, 250)), (0x40000003, (286, 287, 288))),
+    "aarch64": ((0xC00000B7, (217, 218, 219)), (0x40000028, (309, 310, 311))),
+}
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}
+# What the driver reads of itself after each served job (see _fingerprint).
+_STATUS_KEPT = (b"Umask", b"Sig", b"ShdPnd", b"NoNewPrivs", b"Seccomp", b"Cap")
+_SOCKET_COUNTS = (b"used", b"inuse", b"tw")  # the sandbox network's own, in sockstat
 
 
 def _drive(config: Mapping[str, Any]) -> None:
@@ -443,16 +468,17 @@ def _drive(config: Mapping[str, Any]) -> None:
 def _set_up(config: Mapping[str, Any]) -> Any:
     """What the driver is before the first script: not dumpable, the subreaper of every
     process its scripts start, no POSIX message queue to make (one would outlive its maker
-    in a server's IPC namespace), the common imports done, the start marker written."""
-    import ctypes
-
+    in a server's IPC namespace), no kernel keyring to reach (``_deny_keyrings``), the
+    common imports done, the start marker written."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1)):
+    for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1),
+                          (_PR_SET_NO_NEW_PRIVS, 1)):
         if libc.prctl(option, value, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
     limit = (ctypes.c_ulong * 2)(0, 0)
     if libc.setrlimit(_RLIMIT_MSGQUEUE, limit) != 0:
         raise OSError(ctypes.get_errno(), "setrlimit(RLIMIT_MSGQUEUE, 0) failed")
+    _deny_keyrings(libc)
     for name in _PRELOAD:
         try:
             __import__(name)
@@ -468,21 +494,24 @@ def _set_up(config: Mapping[str, Any]) -> Any:
 # (/w0, /w, /verifier, /answer.txt) and writes one JSON line per job on stdin; the driver
 # runs the job's scripts exactly as a one-run driver would, then ends every process they
 # left, empties every place they could write (/tmp, /dev/shm, /workspace) and removes
-# their System V IPC objects, so the next job starts from what a fresh sandbox holds. Its
-# last line per job says whether that succeeded; a server that could not clean up is not
-# given another job. stdin is the driver's alone: a script's stdin is /dev/null.
+# their System V IPC objects, so the next job starts from what a fresh sandbox holds.
+# What it cannot undo it checks (_fingerprint): a script can change the driver's rlimits
+# and scheduling from outside (prlimit, renice, taskset, chrt, ionice: same uid), and the
+# scripts of later jobs would inherit them; a TCP port left in TIME_WAIT outlives its
+# process; and a module the driver imported while serving could be a job's. Its last line
+# per job says whether all that held; a server that could not clean up, or whose driver a
+# job changed, is not given another job. stdin is the driver's alone: a script's stdin is
+# /dev/null. Keyrings need no cleanup: no process here can make a key (_deny_keyrings).
 
 
 def _serve(config: Mapping[str, Any], libc: Any) -> None:
-    import importlib
-
     # The places a script may write, as the sandbox made them.
     modes = {top: os.lstat(top).st_mode & 0o7777 for top in _WRITABLE}
-    _Driver._emit({"ready": sorted({name.partition(".")[0] for name in sys.modules})})
+    before = _fingerprint(libc)
+    _Driver._emit({"ready": True})
     for job in _jobs():
-        importlib.invalidate_caches()  # /verifier holds other files now
         _Driver({**job, "verifier": config["verifier"]}).run()
-        problems = _scrub(libc, modes)
+        problems = _scrub(libc, modes) + _changes(libc, before)
         times = os.times()
         _Driver._emit({"done": job["id"], "problems": problems,
                        "cpu_s": round(times.user + times.system, 3)})
@@ -499,6 +528,117 @@ def _jobs() -> Iterable[dict[str, Any]]:
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             yield json.loads(line)
+
+
+def _deny_keyrings(libc: Any) -> None:
+    """Make every keyring call of this process and of all it starts fail with EPERM
+    (a seccomp filter: inherited by every child, never lifted). Keys outlive their
+    makers: a user keyring is one per uid and user namespace, shared by every job of a
+    server, and a key made readable to its uid is readable in any sandbox of that uid. A
+    machine without a table entry (neither x86_64 nor aarch64) goes without the filter."""
+    arches = _KEYRING_CALLS.get(os.uname().machine)
+    if arches is None:
+        return
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                    ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    program = _keyring_filter(arches)
+    filters = (SockFilter * len(program))(*(SockFilter(*insn) for insn in program))
+    fprog = SockFprog(len(program), filters)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def _keyring_filter(arches: Sequence[tuple[int, Sequence[int]]]
+                    ) -> list[tuple[int, int, int, int]]:
+    """The classic BPF program (code, jt, jf, k) that denies the keyring calls of
+    `arches` and every call of any other ABI, and allows the rest."""
+    load, jump_eq, ret, and_k = 0x20, 0x15, 0x06, 0x54  # BPF_LD|W|ABS, JMP|JEQ|K, ...
+    allow, deny = 0x7FFF0000, 0x00050000 | _EPERM  # SECCOMP_RET_ALLOW, RET_ERRNO
+    count = len(arches)
+    deny_at = count + 2 + 6 * count  # after the dispatch, its fall-through and the blocks
+    program = [(load, 0, 0, 4)]  # seccomp_data.arch
+    program += [(jump_eq, count + 5 * i, 0, arch) for i, (arch, _) in enumerate(arches)]
+    program.append((ret, 0, 0, deny))  # an ABI not listed
+    for i, (_, calls) in enumerate(arches):
+        at = count + 2 + 6 * i
+        program += [(load, 0, 0, 0), (and_k, 0, 0, 0xBFFFFFFF)]  # seccomp_data.nr, x32 bit
+        program += [(jump_eq, deny_at - (at + 2 + j) - 1, 0, call)
+                    for j, call in enumerate(calls)]
+        program.append((ret, 0, 0, allow))
+    program.append((ret, 0, 0, deny))
+    return program
+
+
+def _fingerprint(libc: Any) -> dict[str, object]:
+    """What of the driver a served job's scripts could change from outside, that no
+    scrub undoes and later jobs would inherit or meet: its rlimits (prlimit on another
+    process of the uid), its scheduling (renice, taskset, chrt, ionice), its signal state,
+    mask and capabilities, what it holds (descriptors, modules), and the sockets of the
+    sandbox's network (a TCP port in TIME_WAIT outlives its process)."""
+    status = _read("/proc/self/status").splitlines()
+    return {
+        "rlimits": _read("/proc/self/limits"),
+        "signals and privileges": [line for line in status if line.startswith(_STATUS_KEPT)],
+        "nice value": os.getpriority(os.PRIO_PROCESS, 0),
+        "scheduler": (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority),
+        "CPU affinity": sorted(os.sched_getaffinity(0)),
+        "I/O priority": _io_priority(libc),
+        "descriptors": sorted(os.listdir("/proc/self/fd")),
+        "modules": sorted(sys.modules),
+        "sockets": _sockets(),
+    }
+
+
+def _sockets() -> list[bytes]:
+    """The sockets of the sandbox's network: its counts in /proc/net/sockstat and
+    sockstat6 (in use, and TCP's TIME_WAIT; their other figures are the host's) and its
+    Unix sockets. /proc/net/tcp would list each, but reading it walks the host's whole
+    table (~2 ms, a sixth of a served job)."""
+    kept = []
+    for name in ("sockstat", "sockstat6"):
+        for line in _read(f"/proc/net/{name}").splitlines():
+            kind, _, figures = line.partition(b":")
+            pairs = figures.split()
+            kept += [kind + b" " + pairs[i] + b" " + pairs[i + 1]
+                     for i in range(0, len(pairs) - 1, 2) if pairs[i] in _SOCKET_COUNTS]
+    return [*kept, _read("/proc/net/unix")]
+
+
+def _changes(libc: Any, before: Mapping[str, object]) -> list[str]:
+    """What differs from `before` in the driver's fingerprint now, in words."""
+    try:
+        now = _fingerprint(libc)
+    except OSError as exc:
+        return [f"the driver could not read its own state: {exc}"]
+    return [f"the driver's {name} changed{_what_changed(was, now[name])}"
+            for name, was in before.items() if now[name] != was]
+
+
+def _what_changed(was: object, now: object) -> str:
+    """Which entries came and went, for a list of names (modules, descriptors)."""
+    if not isinstance(was, list) or not isinstance(now, list):
+        return ""
+    came = sorted(set(map(str, now)) - set(map(str, was)))[:5]
+    went = sorted(set(map(str, was)) - set(map(str, now)))[:5]
+    return f" (new: {', '.join(came) or '-'}; gone: {', '.join(went) or '-'})"
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _io_priority(libc: Any) -> int | None:
+    number = _IOPRIO_GET.get(os.uname().machine)
+    if number is None:
+        return None
+    return int(libc.syscall(number, 1, 0))  # IOPRIO_WHO_PROCESS, this process
 
 
 def _scrub(libc: Any, modes: Mapping[str, int]) -> list[str]:
@@ -519,8 +659,6 @@ def _scrub(libc: Any, modes: Mapping[str, int]) -> list[str]:
 def _end_every_process() -> bool:
     """SIGKILL every descendant (as subreaper the driver adopts every orphan, so that is
     every process a script started) and reap them; False if some keep appearing."""
-    import time
-
     me = os.getpid()
     for _ in range(200):
         found, todo = [], [me]
@@ -637,25 +775,26 @@ class _Driver:
         self.pidfds: dict[int, int] = {}  # pidfd -> pid
         self.blocked_since: float | None = None
         self.retry_at: float | None = None
-        import select
-
         self.poller = select.poll()
 
     def run(self) -> None:
-        while self.pending or self.running:
-            self._start_what_fits()
-            self._wait()
-            self._reap()
-            self._enforce_deadlines()
-            for child in [c for c in self.running.values() if c.exited]:
-                del self.running[child.pid]
-                self._emit(self._record(child))
+        try:
+            while self.pending or self.running:
+                self._start_what_fits()
+                self._wait()
+                self._reap()
+                self._enforce_deadlines()
+                for child in [c for c in self.running.values() if c.exited]:
+                    del self.running[child.pid]
+                    self._emit(self._record(child))
+        finally:
+            for pidfd in self.pidfds:  # a child reaped before its pidfd was polled
+                os.close(pidfd)
+            self.pidfds.clear()
 
     # starting
 
     def _start_what_fits(self) -> None:
-        import time
-
         now = time.monotonic()
         if self.retry_at is not None and now < self.retry_at:
             return
@@ -684,8 +823,6 @@ class _Driver:
             self.running[child.pid] = child
 
     def _spawn(self, name: str) -> _Child:
-        import time
-
         out_r, out_w = os.pipe()
         try:
             err_r, err_w = os.pipe()
@@ -700,7 +837,7 @@ class _Driver:
                 os.close(fd)
             raise
         if pid == 0:
-            _run_child(f"{self.folder}/{name}", out_w, err_w)
+            _run_child(self.folder, name, out_w, err_w)
         started = time.monotonic()
         os.close(out_w)
         os.close(err_w)
@@ -722,8 +859,6 @@ class _Driver:
     # waiting
 
     def _wait(self) -> None:
-        import time
-
         now = time.monotonic()
         wake = [c.deadline for c in self.running.values()]
         if self.retry_at is not None:
@@ -805,8 +940,6 @@ class _Driver:
                 self._close(fd)
 
     def _enforce_deadlines(self) -> None:
-        import time
-
         now = time.monotonic()
         for child in self.running.values():
             if now >= child.deadline and not child.exited:
@@ -837,9 +970,6 @@ class _Driver:
     # reporting
 
     def _record(self, child: _Child) -> dict[str, Any]:
-        import binascii
-        import time
-
         killed = child.timed_out or child.flooded
         return {
             "script": child.name,
@@ -901,10 +1031,12 @@ def _group(pid: int) -> int | None:
     return int(stat[stat.rindex(b")") + 2:].split()[2])
 
 
-def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
+def _run_child(folder: str, name: str, out_w: int, err_w: int) -> NoReturn:
     """In the forked child: take the script's own pipes, drop every other descriptor of the
-    driver, run the script as ``python path`` would, exit with its status. Never returns
-    into the driver's code, whatever happens."""
+    driver, put the verifier folder last on the module path (after the standard library
+    and the SDK, so that none of its files stands in for one of theirs), run the script
+    as ``python folder/name`` would, exit with its status. Never returns into the driver's
+    code, whatever happens."""
     status = 1
     try:
         os.setpgid(0, 0)
@@ -912,16 +1044,13 @@ def _run_child(path: str, out_w: int, err_w: int) -> NoReturn:
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, max(os.sysconf("SC_OPEN_MAX"), 1024))
-        status = _run_main(path)
+        sys.path.append(folder)
+        status = _run_main(f"{folder}/{name}")
     finally:
         os._exit(status)
 
 
 def _run_main(path: str) -> int:
-    import atexit
-    import builtins
-    import types
-
     atexit._clear()  # callbacks the driver's imports registered are not the script's
     sys.argv = [path]
     main = types.ModuleType("__main__")
@@ -962,8 +1091,6 @@ def _exit_status(exc: SystemExit) -> int:
 def _wind_down(status: int) -> int:
     """What interpreter exit does: wait for the threads that are not daemons, run the
     atexit callbacks, flush stdout and stderr."""
-    import atexit
-
     threading = sys.modules.get("threading")
     shutdown = getattr(threading, "_shutdown", None)  # private: typeshed does not list it
     if shutdown is not None:
