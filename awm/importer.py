@@ -7,7 +7,10 @@ its task folders (``awm.tasks``) when asked.
 
 **Refusals.** A file that is not AWM's format refuses the whole import (nothing stored).
 A scenario with a problem is refused alone (``ImportReport.refused``) and the others are
-imported; with ``strict`` nothing at all is stored if any scenario is refused.
+imported; with ``strict`` nothing at all is stored if any scenario is refused. With
+``tasks_out``, every task folder target is checked (``awm.tasks.check_task_targets``: no
+link, no foreign folder of a task's name, a folder for ``tasks_out``) before the first
+world is stored, so a scenario refused for its task folders stores nothing.
 
 **Importing again.** Day 0 is a pure function of the files, so importing the same
 scenario again is a no-op (status ``unchanged``). A persona that already holds a
@@ -117,6 +120,8 @@ def import_awm(worlds: Worlds, directory: Path, *, scenarios: Sequence[str] | No
     if not scenarios:
         report.skipped = [Skipped(name, origin) for name, origin in
                           files.described_only.items()]
+    if tasks_out is not None:
+        chosen = _writable_tasks(chosen, tasks_out, report)
     days = _plan_all(worlds, chosen, strict, report)
     for day, result in _store(worlds, days, chosen, strict, report):
         scenario = chosen[day.scenario]
@@ -142,6 +147,24 @@ def _store(worlds: Worlds, days: list[Day0], chosen: dict[str, Scenario], strict
         report.refused.append(refused)
         report.not_stored = [d.scenario for d in days if d.scenario != refused.scenario]
         return []
+
+
+def _writable_tasks(chosen: dict[str, Scenario], out: Path,
+                   report: ImportReport) -> dict[str, Scenario]:
+    """The scenarios whose task folders can be written under `out`; the others are refused
+    before their world is stored (a link or a foreign folder where a task folder goes)."""
+    from awm.tasks import check_task_targets
+
+    kept: dict[str, Scenario] = {}
+    for name, scenario in chosen.items():
+        try:
+            check_task_targets(scenario, out)
+        except AwmError as exc:
+            report.refused.append(ScenarioRefused(name, [
+                f"{scenario.origin()}: scenario {name}: not stored: {exc}"]))
+        else:
+            kept[name] = scenario
+    return kept
 
 
 def _tasks_of(scenario: Scenario, day: Day0, result: DayResult, write_tasks: TaskWriter,

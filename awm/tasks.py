@@ -58,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,7 @@ from gates.rewards import (
 from gates.task import SOLUTION_FILE, SPEC_FILE, VERIFIER_DIR, Task
 from replay.files import remove_tree
 from worldstore.errors import FolderError
-from worldstore.folders import read_file
+from worldstore.folders import kind_of, read_file
 
 __all__ = [
     "AWM_SERVICE",
@@ -128,11 +129,10 @@ def write_tasks(scenario: Scenario, *, persona: str, world_hash: str,
     renamed into place); anything else of that name is refused."""
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for index, text in enumerate(scenario.tasks):
+    for index in _verified(scenario):
+        text = scenario.tasks[index]
         code = scenario.code_verifiers.get(index)
         sql = scenario.sql_verifiers.get(index)
-        if code is None and sql is None:
-            continue
         task_id = task_id_for(scenario.name, index)
         spec = TaskSpec(
             task_id=task_id, instruction=text, world=f"{persona}@0", world_hash=world_hash,
@@ -142,6 +142,36 @@ def write_tasks(scenario: Scenario, *, persona: str, world_hash: str,
             source=_source(scenario, index, code, sql))
         written.append(_publish(out / task_id, spec, _files(scenario, index, code, sql)))
     return written
+
+
+def check_task_targets(scenario: Scenario, out: Path) -> None:
+    """Refuse (AwmError naming the path) before anything is stored or written when a task
+    folder of `scenario` could not be written under `out`: `out` is a symlink (even a
+    dangling one) or not a folder, or a task folder's name there is a link or something
+    other than an earlier folder of the same task (what ``write_tasks`` would refuse)."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise AwmError(f"--tasks-out {out}: a {kind_of(st.st_mode)}, not a folder; "
+                       "refused (a link is never followed)")
+    for index in _verified(scenario):
+        task_id = task_id_for(scenario.name, index)
+        _check_target(out / task_id, task_id)
+
+
+def _verified(scenario: Scenario) -> list[int]:
+    """The indexes of the scenario's tasks that have a verifier (the others get no folder)."""
+    return [index for index in range(len(scenario.tasks))
+            if scenario.code_verifiers.get(index) is not None
+            or scenario.sql_verifiers.get(index) is not None]
+
+
+def _check_target(dest: Path, task_id: str) -> None:
+    if dest.is_symlink() or (dest.exists() and not _same_task(dest, task_id)):
+        raise AwmError(f"{dest}: exists and is not a task folder of {task_id} (a "
+                       "link is never followed); not replaced")
 
 
 def add_solution(task_dir: Path, solution: Solution) -> None:
@@ -338,9 +368,7 @@ def _where(origin: Origin) -> str:
 def _publish(dest: Path, spec: TaskSpec, files: dict[str, str]) -> Path:
     """Write the folder beside `dest`, then put it in place (replacing an earlier folder
     of the same task, never anything else)."""
-    if dest.is_symlink() or (dest.exists() and not _same_task(dest, spec.task_id)):
-        raise AwmError(f"{dest}: exists and is not a task folder of {spec.task_id} (a "
-                       "link is never followed); not replaced")
+    _check_target(dest, spec.task_id)
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.task_id}-", dir=dest.parent))
     try:
         _write(staging / SPEC_FILE, to_json(spec).decode() + "\n")

@@ -26,6 +26,7 @@ polars only (the ``data`` extra); no torch or verl.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -154,19 +155,21 @@ def row_info(row: dict[str, Any]) -> RowInfo:
 def write_parquet(rows: list[dict[str, Any]], out: Path, *, schema: Any = None) -> None:
     """Write `rows` (with the polars `schema`, else the one inferred) to `out` with fixed
     options (no statistics, one row group, zstd at a fixed level): the same rows give the
-    same bytes. The file appears whole or not at all (written beside it, then renamed)."""
+    same bytes. The file appears whole or not at all: made in memory, written as a new
+    file beside `out` and renamed over it, so a link or hardlink planted at `out` is
+    never written through (a link, FIFO or folder there, or a symlinked folder, is
+    refused before anything is written)."""
     import polars as pl
 
+    from worldstore.folders import check_named_file, write_file
+
+    check_named_file(out, "--out")
     frame = pl.DataFrame(rows, schema=schema, infer_schema_length=None)
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression="zstd", compression_level=3, statistics=False,
+                        row_group_size=max(1, len(rows)), use_pyarrow=False)
     out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = out.with_name(f".{out.name}.tmp")
-    try:
-        frame.write_parquet(scratch, compression="zstd", compression_level=3,
-                            statistics=False, row_group_size=max(1, len(rows)),
-                            use_pyarrow=False)
-        scratch.replace(out)
-    finally:
-        scratch.unlink(missing_ok=True)
+    write_file(out, buffer.getvalue())
 
 
 def write_rl_dataset(pack: Pack, out: Path, split: str = "rl", *, mode: Mode = "tools",

@@ -21,6 +21,10 @@ transformers than verl pins, so it is kept apart from the test environment.
 
 This module is also the run's entry point inside that environment
 (``python -m rl.smoke PACK --run DIR``): ``worldctl rl smoke`` starts it there.
+
+The run folder may be handed over (``--out``): a symlinked one, or one holding a link or
+special file where the run writes (``check_run_dir``), is refused before anything is
+written, and every file the run writes at its top is a new file (never written through).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rl.errors import RLError
+from worldstore.errors import FolderError
 
 ENV_DIR = ".rl-cpu"
 # what the environment holds besides the project's `rl` extra: vLLM's CPU build is built
@@ -205,6 +211,39 @@ class Prepared:
     prompt_tokens: tuple[int, ...]  # the first prompt of each training row, tools included
 
 
+RUN_FILES = ("train.parquet", "val.parquet", "launch.txt", "trainer.log", "metrics.jsonl",
+             "summary.json")  # what the run writes at the top of its folder
+RUN_FOLDERS = ("store", "model")  # what it makes (or reuses) there
+
+
+def check_run_dir(run: Path) -> None:
+    """Refuse (FolderError naming the path, before anything is written) a run folder that
+    is a symlink (even a dangling one) or not a folder, or one holding a link, FIFO or
+    folder where the run writes a file or a link or file where it keeps its store and
+    model: the run never writes through a link it was handed."""
+    from worldstore.folders import DIR, check_writable, entry_kind, kind_of
+
+    try:
+        st = os.lstat(run)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise FolderError(f"run folder {run}: a {kind_of(st.st_mode)}, not a folder; "
+                          "refused")
+    check_writable(run, RUN_FILES)
+    for name in RUN_FOLDERS:
+        kind = entry_kind(run, name)
+        if kind not in (None, DIR):
+            raise FolderError(f"{run / name}: a {kind} where the run keeps a folder; "
+                              "refused (nothing written)")
+
+
+def _write_new(path: Path, text: str) -> None:
+    from worldstore.folders import write_file
+
+    write_file(path, text.encode("utf-8"))
+
+
 def prepare(pack_name: str, run: Path, *, packs_dir: Path | None = None,
             echo: Callable[[str], None] = print) -> Prepared:
     """The run's store (the pack's worlds imported), its datasets (the ``rl`` split to
@@ -217,6 +256,7 @@ def prepare(pack_name: str, run: Path, *, packs_dir: Path | None = None,
     from rl.tiny_model import tiny_model
 
     pack = load_pack(pack_name, packs_dir)
+    check_run_dir(run)
     run.mkdir(parents=True, exist_ok=True)
     store = run / "store"
     fresh = not store.exists()
@@ -453,11 +493,13 @@ def run_trainer(prepared: Prepared, overrides: Sequence[str], *, steps: int,
     ray_dir = _ray_dir(overrides)
     env = smoke_env(prepared, tag=Path(ray_dir).name if ray_dir else "")
     command = [python, "-m", ENTRYPOINT, *overrides]
-    (prepared.run / "launch.txt").write_text(
-        " \\\n    ".join(command) + "\n", encoding="utf-8")
+    _write_new(prepared.run / "launch.txt", " \\\n    ".join(command) + "\n")
     began = time.monotonic()
     first_step: list[float] = []
-    with open(prepared.run / "trainer.log", "w", encoding="utf-8") as log:
+    log_file = prepared.run / "trainer.log"
+    log_file.unlink(missing_ok=True)  # a new file: a hardlink planted there stays as it was
+    log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with open(log_fd, "w", encoding="utf-8") as log:
         process = subprocess.Popen(command, cwd=prepared.run, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    start_new_session=True)
@@ -662,8 +704,7 @@ def smoke(pack_name: str, run: Path, *, packs_dir: Path | None = None, steps: in
         echo(f"{run}: verl's main_ppo, {steps} steps, V1 trainer ({len(items)} overrides in "
              f"{run / 'launch.txt'})")
         outcome = run_trainer(prepared, items, steps=steps, timeout=timeout, out=stream)
-    (run / "summary.json").write_text(json.dumps(summary(outcome, prepared), indent=1) + "\n",
-                                      encoding="utf-8")
+    _write_new(run / "summary.json", json.dumps(summary(outcome, prepared), indent=1) + "\n")
     return outcome, prepared
 
 
@@ -681,7 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome, prepared = smoke(args.pack, args.run, packs_dir=args.packs,
                                   steps=args.steps, timeout=args.timeout,
                                   extra=args.override)
-    except RLError as exc:
+    except (RLError, FolderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(["", "== rl smoke ==", *report(outcome, prepared)]), flush=True)

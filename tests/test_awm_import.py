@@ -196,16 +196,16 @@ def test_task_folders_are_written_for_the_verified_tasks(worlds: Worlds,
     assert only(report, "content_platform_1").tasks_written == 0  # no verifier there
 
 
-def test_tasks_that_cannot_be_written_are_refused_and_the_world_stays(
+def test_tasks_that_cannot_be_written_are_refused_before_the_world_is_stored(
         worlds: Worlds, tmp_path: Path) -> None:
     in_the_way = tmp_path / "tasks"
     in_the_way.write_text("a file, not a folder")
     report = import_awm(worlds, SAMPLES, scenarios=["e_commerce_33"], tasks_out=in_the_way)
     (refused,) = report.refused
-    assert "gen_db.jsonl:1: scenario e_commerce_33: its world is stored as e_commerce_33@0 " \
-        "but its tasks were not written" in refused.problems[0]
-    assert only(report, "e_commerce_33").tasks is None
-    assert [p.persona for p in worlds.store.personas()] == ["e_commerce_33"]
+    assert "gen_db.jsonl:1: scenario e_commerce_33: not stored: --tasks-out " \
+        f"{in_the_way}: a file, not a folder" in refused.problems[0]
+    assert report.imported == []
+    assert list(worlds.store.personas()) == []
 
 
 def test_statements_with_parameters_are_dropped(worlds: Worlds, tmp_path: Path) -> None:

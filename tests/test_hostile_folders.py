@@ -650,14 +650,57 @@ def _out_case(attack: str) -> Callable[[Area], tuple[list[Path], list[str],
     return make
 
 
+AWM = ROOT / "tests" / "fixtures" / "awm"
+AWM_TASK = "library_loans_1-task-0"
+
+
+def _tasks_out_case(planted: str, attack: str) -> Callable[[Area], tuple[
+        list[Path], list[str], tuple[str, ...]]]:
+    """import-awm --tasks-out with a link, a file or a foreign folder where it writes: the
+    scenario is refused before its world is stored."""
+    def make(area: Area) -> tuple[list[Path], list[str], tuple[str, ...]]:
+        tasks = area.tmp / "tasks"
+        target = tasks if planted == "." else tasks / planted
+        if attack == "foreign":
+            (target / "inner").mkdir(parents=True)
+        else:
+            ATTACKS[attack](target, area.outside)
+        handed = [] if planted == "." else [tasks]
+        return handed, ["import-awm", str(AWM), "--scenario", "library_loans_1",
+                        "--tasks-out", str(tasks)], (target.name,)
+    return make
+
+
+def _demo_case(attack: str) -> Callable[[Area], tuple[list[Path], list[str],
+                                                      tuple[str, ...]]]:
+    """demo --checkout-dir planted: refused as checkout is, before the store is opened."""
+    def make(area: Area) -> tuple[list[Path], list[str], tuple[str, ...]]:
+        dest = area.tmp / "checkout-dir"
+        if attack == "link-below":
+            dest.mkdir()
+            os.symlink(area.outside / "dir", dest / "services")
+        else:
+            ATTACKS[attack](dest, area.outside)
+        handed = [dest] if attack == "link-below" else []
+        return handed, ["demo", "--checkout-dir", str(dest)], ("checkout-dir",)
+    return make
+
+
 STORE_CASES = {**{f"task-{p}-{a}": _task_case(p, a) for p, a in TASK_CASES},
                **{f"awm-{a}": _awm_case(a) for a in ("symlink-secret", "fifo")},
-               **{f"eval-out-{a}": _out_case(a) for a in ("dangling", "file-for-dir")}}
+               **{f"eval-out-{a}": _out_case(a) for a in ("dangling", "file-for-dir")},
+               **{f"tasks-out-{p}-{a}": _tasks_out_case(p, a) for p, a in [
+                   (".", "symlink-dir"), (".", "dangling"), (".", "file-for-dir"),
+                   (AWM_TASK, "symlink-dir"), (AWM_TASK, "dangling"),
+                   (AWM_TASK, "file-for-dir"), (AWM_TASK, "foreign")]},
+               **{f"demo-{a}": _demo_case(a) for a in ("symlink-dir", "dangling",
+                                                       "file-for-dir", "link-below")}}
 
 
 def test_task_folders_awm_directories_and_out(store_location: str, tmp_path: Path) -> None:
     """On SQLite and PostgreSQL: task folders (through eval run), AWM directories (through
-    import-awm) and a planted --out are refused with the store unchanged."""
+    import-awm), a planted --out, a planted import-awm --tasks-out and a planted demo
+    --checkout-dir are refused with the store unchanged."""
     assert invoke("--store", store_location, "import", str(DEMO.worlds[0])).exit_code == 0
     for name, make in STORE_CASES.items():
         case = tmp_path / name
@@ -690,8 +733,8 @@ def test_checkout_into_a_planted_dest(area: Area, attack: str) -> None:
 def test_awm_tasks_out(area: Area) -> None:
     """import-awm --tasks-out: a task folder planted as a link to a look-alike outside is
     not replaced through it (refused by name), and a planted `.<task>.old` link is removed
-    as a link when the folder is replaced; the outside never changes. (The scenario's world
-    is stored before its tasks are written: that refusal is per scenario, by design.)"""
+    as a link when the folder is replaced; the outside never changes. (The task folders
+    are checked before the scenario's world is stored: see STORE_CASES.)"""
     area.store = str(area.tmp / "awm-store")
     awm = ROOT / "tests" / "fixtures" / "awm"
     task = "library_loans_1-task-0"
@@ -711,3 +754,78 @@ def test_awm_tasks_out(area: Area) -> None:
           may_succeed=True)
     assert not (fresh / f".{task}.old").exists() and (fresh / task / "task.json").is_file()
     assert result.exit_code == 2
+
+
+# --- files and folders named with --out: rl dataset/sft, rl smoke -----------------------
+
+RL_OUT_REFUSED = ["symlink-file", "symlink-secret", "dangling", "fifo", "dir-for-file",
+                  "symlinked-folder"]
+RL_OUT_CASES = [*[(c, a) for c in ("dataset", "sft") for a in RL_OUT_REFUSED],
+                ("dataset", "hardlink")]  # sft: the module store holds no passing episode
+
+
+@pytest.mark.parametrize(("command", "attack"), RL_OUT_CASES,
+                         ids=[f"{c}-{a}" for c, a in RL_OUT_CASES])
+def test_rl_parquet_out(area: Area, command: str, attack: str) -> None:
+    """rl dataset/sft --out FILE: a link, FIFO or folder there, or a symlinked folder, is
+    refused before anything is written; a hardlink is replaced by a new file (the file it
+    shares bytes with outside never changes)."""
+    folder = area.tmp / "o"
+    folder.mkdir()
+    out = folder / "out.parquet"
+    if attack == "symlinked-folder":
+        shutil.rmtree(folder)
+        os.symlink(area.outside / "dir", folder)
+    else:
+        ATTACKS[attack](out, area.outside)
+    args = ["rl", command, "demo", "--out", str(out)]
+    if command == "dataset":
+        args.append("--no-store-check")
+    handed = [area.tmp / "packs"] + ([] if attack == "symlinked-folder" else [folder])
+    result = sweep(area, handed, args, ("out.parquet", str(folder)),
+                   may_succeed=attack == "hardlink")
+    if attack == "hardlink":
+        assert result.exit_code == 0 and out.stat().st_nlink == 1
+        assert out.read_bytes().startswith(b"PAR1")
+
+
+SMOKE_CASES = [("--env", ".", "symlink-dir"), ("--env", ".", "dangling"),
+               ("--out", ".", "symlink-dir"), ("--out", ".", "dangling"),
+               ("--out", ".", "file-for-dir"), ("--out", "launch.txt", "symlink-file"),
+               ("--out", "trainer.log", "fifo"), ("--out", "summary.json", "dangling"),
+               ("--out", "train.parquet", "dir-for-file"), ("--out", "store", "symlink-dir"),
+               ("--out", "model", "dangling")]
+
+
+@pytest.mark.parametrize(("option", "planted", "attack"), SMOKE_CASES,
+                         ids=[f"{o[2:]}-{p}-{a}" for o, p, a in SMOKE_CASES])
+def test_rl_smoke_folders(area: Area, option: str, planted: str, attack: str) -> None:
+    """rl smoke --env/--out: a symlinked folder (dangling included) or a link where the
+    run writes is refused before the environment is looked at or anything written (the
+    training itself never starts here)."""
+    folders = {"--env": area.tmp / "env", "--out": area.tmp / "run"}
+    folder = folders[option]
+    target = folder if planted == "." else folder / planted
+    if planted != ".":
+        folder.mkdir()
+    ATTACKS[attack](target, area.outside)
+    handed = [area.tmp / "packs"] + ([] if planted == "." else [folder])
+    sweep(area, handed, ["rl", "smoke", "demo", "--env", str(folders["--env"]), "--out",
+                         str(folders["--out"])], (target.name,), may_succeed=False)
+    assert not (area.tmp / "env").exists() or (area.tmp / "env").is_symlink()
+
+
+def test_rl_smoke_writes_new_files(area: Area) -> None:
+    """The files the smoke run writes at the top of its folder are new files: a hardlink
+    of an outside file there is replaced, never written through."""
+    from rl.smoke import _write_new, check_run_dir
+
+    run = area.tmp / "run"
+    run.mkdir()
+    outside_before = snapshot(area.outside)
+    for name in ("launch.txt", "summary.json"):
+        hardlink(run / name, area.outside)
+        check_run_dir(run)
+        _write_new(run / name, "the run's own\n")
+        assert (run / name).read_text() == "the run's own\n"
+    assert snapshot(area.outside) == outside_before

@@ -39,7 +39,10 @@ def demo(ctx: click.Context, day: int, checkout_dir: Path | None) -> None:
     fails.
     """
     from packs.registry import load_pack
+    from worldstore.folders import refuse_unless_new
 
+    if checkout_dir is not None:  # as checkout: a link (even a dangling one) is refused
+        refuse_unless_new(checkout_dir, "--checkout-dir")
     pack = load_pack("demo")
     store = worlds(ctx, create=True)
     where = session(ctx).store

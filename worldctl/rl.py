@@ -61,7 +61,9 @@ def rl_dataset(ctx: click.Context, pack_name: str, split: str, mode: str, reward
     Every task's start world must be in the store, as the task pins it.
     """
     from rl.dataset import write_rl_dataset
+    from worldstore.folders import check_named_file
 
+    check_named_file(out, "--out")  # before the rows are made (write_parquet checks again)
     found = _pack(ctx, pack_name)
     rows = write_rl_dataset(found, out, split, mode=mode,  # type: ignore[arg-type]
                             reward=reward,  # type: ignore[arg-type]
@@ -97,7 +99,9 @@ def rl_sft(ctx: click.Context, pack_name: str, split: str, allow_eval_split: boo
     refused unless --allow-eval-split.
     """
     from rl.sft import write_sft_dataset
+    from worldstore.folders import check_named_file
 
+    check_named_file(out, "--out")  # before the episodes are graded
     found = _pack(ctx, pack_name)
     rows = write_sft_dataset(worlds(ctx), found, out, split=None if split == "all" else split,
                              allow_eval_split=allow_eval_split)

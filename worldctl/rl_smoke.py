@@ -3,7 +3,9 @@ a tiny model built here (the library is ``rl.smoke``; the CPU platform ``rl.cpu_
 
 The run happens in the CPU training environment (``--setup`` builds it, by default in
 ``.rl-cpu/`` of the checkout): this command starts ``python -m rl.smoke`` there and
-streams what it prints.
+streams what it prints. A symlinked ``--env`` or ``--out`` (even a dangling one), or an
+``--out`` holding a link where the run writes, is refused before anything is built or
+written (``rl.smoke.check_run_dir``).
 """
 
 from __future__ import annotations
@@ -49,8 +51,12 @@ def rl_smoke(ctx: click.Context, pack_name: str | None, setup: bool, env_dir: Pa
     --timeout, or writes no metrics or checkpoint.
     """
     from rl.errors import RLError
-    from rl.smoke import build_env, default_env, default_run_dir, env_python
+    from rl.smoke import build_env, check_run_dir, default_env, default_run_dir, env_python
 
+    _refuse_symlink(env_dir, "--env")
+    _refuse_symlink(out, "--out")
+    if out is not None:
+        check_run_dir(out)  # before the environment is built or the run started
     venv = (env_dir or default_env()).resolve()
     if setup:
         build_env(venv, echo=render.echo if not as_json else _quiet)
@@ -80,6 +86,15 @@ def rl_smoke(ctx: click.Context, pack_name: str | None, setup: bool, env_dir: Pa
                       f"--json); its folder: {run}")
     if done.returncode != 0:
         ctx.exit(1)
+
+
+def _refuse_symlink(path: Path | None, option: str) -> None:
+    """A folder handed over as a symlink (even a dangling one) is refused: resolving it
+    would write where the link points."""
+    from worldstore.errors import FolderError
+
+    if path is not None and path.is_symlink():
+        raise FolderError(f"{option} {path}: a symlink, not a folder; refused")
 
 
 def _quiet(text: str) -> None:

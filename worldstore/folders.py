@@ -15,6 +15,8 @@ with ``lstat`` before it is used:
   through; folders on the way are made with ``mkdirat``;
 * ``check_writable`` looks at every target of a command before it writes any, so a
   command refused for a link where it would write has written nothing;
+  ``check_named_file`` does the same for a file named whole on the command line
+  (``--out FILE``), whose folder must not be a symlink either;
 * ``staged_folder`` gives a command that fills a new folder a fresh temporary one beside
   it, renamed into place only when the command succeeds.
 
@@ -282,6 +284,23 @@ def check_writable(root: Path, rels: Iterable[str]) -> None:
             os.close(fd)
 
 
+def check_named_file(path: Path, what: str) -> None:
+    """Refuse (FolderError naming `path`) before anything is written when the file the
+    caller names whole could not be written as a new file: its folder is a symlink (even a
+    dangling one), or `path` is a link, folder or special file. Missing is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.lstat(path.parent).st_mode):
+            raise FolderError(f"{what} {path}: its folder {path.parent} is a symlink; "
+                              "refused (nothing written)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise FolderError(f"{what} {path}: a {kind_of(st.st_mode)} where the file is to be "
+                          "written; refused (nothing written)")
+
+
 def write_bytes(root: Path, rel: str, data: bytes, *, durable: bool = False,
                 mode: int = 0o644) -> Path:
     """Write `data` as the file `rel` under `root` (folders on the way made as needed):
@@ -389,7 +408,7 @@ def _empty_at(fd: int) -> None:
             os.unlink(name, dir_fd=fd)
 
 
-__all__ = ["DEFAULT_LIMIT", "DIR", "FILE", "check_writable", "entry_kind", "kind_of",
-           "list_entries", "make_dirs", "parts_of", "read_bytes", "read_file",
+__all__ = ["DEFAULT_LIMIT", "DIR", "FILE", "check_named_file", "check_writable", "entry_kind",
+           "kind_of", "list_entries", "make_dirs", "parts_of", "read_bytes", "read_file",
            "read_optional", "refuse_links", "refuse_unless_new", "staged_folder", "walk_files",
            "write_bytes", "write_file"]
