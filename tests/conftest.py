@@ -13,9 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import rl_extra_venv
 import sqlalchemy as sa
 
 DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if any(item.name == rl_extra_venv.TEST_NAME for item in items):
+        rl_extra_venv.start()
+
+
+def pytest_sessionfinish() -> None:
+    rl_extra_venv.stop()
 _DB_COUNTER = itertools.count()
 
 

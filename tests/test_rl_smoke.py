@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import rl_extra_venv
 import torch
 import torch.distributed
 from cli_harness import invoke, refused
@@ -207,19 +206,15 @@ def test_two_steps_of_verls_v1_trainer_on_the_cpu(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_rl_extra_alone_imports_the_agent_loop(tmp_path: Path) -> None:
     """A venv with the CPU torch and ``pip install '.[rl]'`` only (verl does not declare
-    what its rollout utilities import; the loop needs fastmcp for its instances)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    # --no-compile: byte-compiling ~180 packages is a third of the install; the import
-    # below compiles only what it loads
-    pip = [python, "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    subprocess.run([*pip, "torch==2.13.0"], check=True, env=env)
-    subprocess.run([*pip, f"{ROOT}[rl]", "torch==2.13.0"], check=True, env=env)
+    what its rollout utilities import; the loop needs fastmcp for its instances). Built in
+    the background since the session started (``tests/rl_extra_venv.py``)."""
+    build = rl_extra_venv.start()
+    assert build.wait() == 0, build.log.read_text(errors="replace")[-3000:]
+    python = str(build.venv / "bin" / "python")
     done = subprocess.run(
         [python, "-c", "import rl.verl_loop, rl.verl_manager, rl.cpu_platform; "
                        "import rl, sys; print(rl.__file__)"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+        cwd=tmp_path, env=rl_extra_venv.environment(), capture_output=True, text=True,
+        check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert str(venv) in done.stdout  # the installed project, not the checkout
+    assert str(build.venv) in done.stdout  # the installed project, not the checkout
