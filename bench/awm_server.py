@@ -26,7 +26,7 @@ from fastmcp import FastMCP  # noqa: E402
 from fastmcp.tools import Tool  # noqa: E402
 from mcp.types import ToolAnnotations  # noqa: E402
 
-from envs.app import ToolContext, ToolSpec, bind  # noqa: E402
+from worldenv.core.app import ToolContext, ToolSpec, bind  # noqa: E402
 
 # The frozen "now" every baseline call writes (an instance advances its clock per call).
 NOW = "2026-03-09T18:00:00Z"
@@ -38,7 +38,7 @@ def plain_server(db_path: Path, *, name: str = "awm-notes") -> tuple[FastMCP, ap
     connection to `db_path` (opened here, once; synchronous=OFF like an instance's): the
     same functions, schemas and argument validation as an instance's tools, and nothing
     else (no clock, no seeding, no savepoint, no changeset, no episode)."""
-    from envs.apps import notes
+    from worldenv.apps import notes
 
     conn = apsw.Connection(str(db_path))
     conn.setbusytimeout(5000)

@@ -4,7 +4,7 @@
 
 On content_platform_1 (AWM's generated FastAPI + SQLAlchemy server, 34 routes, from
 ``tests/fixtures/awm-1k-samples`` or ``--samples DIR``), imported with
-``awm.importer.import_awm``:
+``awmbridge.importer.import_awm``:
 
 1. **open + reset + first tool call.** Ours: ``Environment.open`` of the imported world,
    one tool call (``get_channel_by_id``, through the carried app's sandboxed worker, which
@@ -207,7 +207,7 @@ async def awm_calls(code_file: Path, statements: list[str], scratch: Path, n: in
 
 
 def make_store(work: Path, samples: Path) -> Path:
-    from awm.importer import import_awm
+    from awmbridge.importer import import_awm
     from packs.registry import load_pack
     from replay.engine import Worlds
 
@@ -223,8 +223,8 @@ def make_store(work: Path, samples: Path) -> Path:
 
 def open_reset(store: Path, statements: list[str], code_file: Path, rounds: int,
                starts: int) -> tuple[list[Row], dict[str, Any]]:
-    from envs.instance import Environment
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
 
     worlds = Worlds.open(store)
     env = Environment(worlds)
@@ -326,9 +326,9 @@ def open_reset(store: Path, statements: list[str], code_file: Path, rounds: int,
 def call_latency(store: Path, n: int, rounds: int) -> tuple[list[Row], dict[str, Any]]:
     from fastmcp import Client
 
-    from envs.instance import Environment
-    from envs.mcp import instance_server
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
+    from worldenv.serving.mcp import instance_server
 
     worlds = Worlds.open(store)
     env = Environment(worlds)

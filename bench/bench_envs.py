@@ -19,7 +19,8 @@ four services, ~270 kB), with the shipped apps:
      client on the plain server of (b) (what the MCP client path costs without us);
    * streamable HTTP on loopback (server in its own process, uvicorn, access log off):
      the plain FastMCP server of (b) (AWM-style), ``instance_server(inst).http_app()``,
-     and the gateway (``envs.gateway.Gateway``: REST-created instance, per-instance lock,
+     and the gateway (``worldenv.serving.gateway.Gateway``: REST-created instance, per-instance
+     lock,
      tool calls in worker threads under a timeout).
 
    Target: ``await Instance.acall_tool`` <= 2x FastMCP direct.
@@ -96,7 +97,7 @@ TARGET_X_PROCESS = 1000.0
 AWM_SERVER = Path(__file__).resolve().parent / "awm_server.py"
 B = "envs"
 
-# The SQL get_note / update_note run (envs/apps/notes.py: _note_row, _tags_of, update_note).
+# The SQL get_note / update_note run (worldenv/apps/notes.py: _note_row, _tags_of, update_note).
 NOTE_ROW_SQL = """SELECT n.*, b.name AS notebook_name FROM notes n
                      JOIN notebooks b ON b.id = n.notebook_id WHERE n.id = ?"""
 TAGS_SQL = ("SELECT t.name FROM note_tags nt JOIN tags t ON t.id = nt.tag_id "
@@ -170,9 +171,9 @@ def serve_child(kind: str, port: int, store: Path) -> int:
     runs in another process, as an agent's would)."""
     import uvicorn
 
-    from envs.instance import Environment
-    from envs.mcp import instance_server
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
+    from worldenv.serving.mcp import instance_server
 
     worlds = Worlds.open(store)
     env = Environment(worlds)
@@ -183,7 +184,7 @@ def serve_child(kind: str, port: int, store: Path) -> int:
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                 access_log=False)
     else:
-        from envs.gateway import Gateway
+        from worldenv.serving.gateway import Gateway
 
         app = Gateway(env, max_instances=8, call_timeout=120.0, idle_timeout=3600.0)
         config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on",
@@ -250,9 +251,9 @@ async def latency(store: Path, n_inproc: int, n_http: int, rounds: int
     import apsw
     from fastmcp import Client
 
-    from envs.instance import Environment
-    from envs.mcp import instance_server
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
+    from worldenv.serving.mcp import instance_server
 
     worlds = Worlds.open(store)
     env = Environment(worlds)
@@ -469,8 +470,8 @@ def awm_start(db: Path, scratch: Path) -> tuple[float, int, int]:
 
 
 def open_reset(store: Path, rounds: int, starts: int) -> tuple[list[Row], dict[str, Any]]:
-    from envs.instance import Environment
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
 
     worlds = Worlds.open(store)
     envs = {"lazy": Environment(worlds), "eager": Environment(worlds, lazy=False)}
@@ -623,9 +624,9 @@ def plan(i: int) -> list[tuple[str, dict[str, Any]]]:
 
 
 def many_child(store: Path, n: int, calls: int, verify_every: int) -> dict[str, Any]:
-    from envs.episode import Episode, apply_effects
-    from envs.instance import Environment, Instance
     from replay.engine import Worlds
+    from worldenv.core.episode import Episode, apply_effects
+    from worldenv.instances.instance import Environment, Instance
 
     worlds = Worlds.open(store)
     env = Environment(worlds)

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     rounds = a.rounds or (2 if a.quick else 5)
     count = a.tasks or (12 if a.quick else 100)
     work = fresh_dir(WORK_DIR / B)
-    from envs.instance import Environment
     from replay import Worlds
+    from worldenv.instances.instance import Environment
 
     worlds = Worlds.open(work / "store")
     worlds.import_file(DEMO)

@@ -31,13 +31,13 @@ B = "gates"
 
 
 def run(rounds: int, only: int | None) -> Report:
-    from envs.instance import Environment
     from gates.agents import scripted
     from gates.quality import GateRun, check_task
     from gates.rollout import SCRIPTED_SET, scripted_rollouts
     from gates.task import load_task
     from gates.verifier import run_verifier
     from replay.engine import Worlds
+    from worldenv.instances.instance import Environment
 
     tasks = [load_task(p) for p in sorted(TASKS.iterdir()) if p.is_dir()][:only]
     store = Path(tempfile.mkdtemp(prefix="bench-gates-")) / "store"

@@ -1,9 +1,9 @@
 """GUI: a click + screenshot through an instance against the same step in a bare Playwright
 page on the same HTML; memory per open GUI context; many GUI instances at once.
 
-On the bundled demo world (``lars@7``) and its shop pages (``envs/sites/shop.py``). Ours is
+On the bundled demo world (``lars@7``) and its shop pages (``worldenv/sites/shop.py``). Ours is
 ``Instance.gui`` on an instance of an ``Environment`` whose browser is one sandboxed
-headless Chromium driven over the DevTools pipe (``envs.browser.Browser``, a process of
+headless Chromium driven over the DevTools pipe (``worldenv.gui.browser.Browser``, a process of
 the bench's own, so it is not stopped when idle). The baseline is Playwright (PyPI
 ``playwright``, its own driver) launching the same Chromium (``find_chromium()``, Debian's
 ``chromium``) headless, without a sandbox, with the same rendering flags; each page in a
@@ -195,7 +195,7 @@ class Probe:
         self._saved: dict[str, Any] = {}
 
     def install(self) -> None:
-        from envs.browser import BrowserPage
+        from worldenv.gui.browser import BrowserPage
 
         for name in self.METHODS:
             original = getattr(BrowserPage, name)
@@ -203,7 +203,7 @@ class Probe:
             setattr(BrowserPage, name, self._wrap(name, original))
 
     def uninstall(self) -> None:
-        from envs.browser import BrowserPage
+        from worldenv.gui.browser import BrowserPage
 
         for name, original in self._saved.items():
             setattr(BrowserPage, name, original)
@@ -301,7 +301,7 @@ class Canned:
 
     def launch_args(self) -> list[str]:
         """Our rendering flags, and world.local on the loopback server."""
-        from envs.browser import CHROMIUM_FLAGS
+        from worldenv.gui.browser import CHROMIUM_FLAGS
 
         return [*(f for f in CHROMIUM_FLAGS if not f.startswith(NOT_FOR_PLAYWRIGHT)),
                 f"--host-resolver-rules=MAP world.local 127.0.0.1:{self.port}"]
@@ -660,7 +660,7 @@ def latency(a: argparse.Namespace, env: Any, pw: Any, browser: Any, capture: Any
 
 
 def starts(a: argparse.Namespace, pw: Any, args: list[str], report: Report) -> None:
-    from envs.browser import Browser, find_chromium
+    from worldenv.gui.browser import Browser, find_chromium
 
     executable = find_chromium()
     fails = Failures()
@@ -714,8 +714,8 @@ def playwright_driver() -> int | None:
 
 
 def memory(a: argparse.Namespace, worlds: Any, pw: Any, report: Report) -> None:
-    from envs.browser import Browser, find_chromium
-    from envs.instance import Environment
+    from worldenv.gui.browser import Browser, find_chromium
+    from worldenv.instances.instance import Environment
 
     settle_s = 1.0
     fails = Failures()
@@ -820,8 +820,8 @@ def error_kind(action: str, got: Any, goes: str) -> str:
 
 def concurrent(a: argparse.Namespace, worlds: Any, med: dict[str, float],
                report: Report) -> None:
-    from envs.browser import Browser
-    from envs.instance import Environment
+    from worldenv.gui.browser import Browser
+    from worldenv.instances.instance import Environment
 
     browser = Browser(idle_s=0)
     browser.start()
@@ -1014,9 +1014,9 @@ def run(a: argparse.Namespace) -> Report:
         raise SystemExit("bench_gui needs Playwright for its baseline: "
                          ".venv/bin/pip install -e '.[bench]' (no `playwright install`: "
                          "the system Chromium is launched)") from None
-    from envs.browser import Browser, find_chromium
-    from envs.instance import Environment
     from replay.engine import Worlds
+    from worldenv.gui.browser import Browser, find_chromium
+    from worldenv.instances.instance import Environment
 
     executable = find_chromium()
     work = fresh_dir(WORK_DIR / "gui")

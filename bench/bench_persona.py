@@ -137,10 +137,10 @@ class Days:
             worlds.close()
 
     def stored(self) -> float:
-        from envs.instance import Environment
         from synth.implement import _plan_text
         from synth.reviewer import LLMReviewer
         from synth.validate_day import validate_day
+        from worldenv.instances.instance import Environment
 
         worlds = self._store()
         try:

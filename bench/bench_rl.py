@@ -91,9 +91,9 @@ def _noop_tools(path: Path, store: Path) -> Path:
     """verl function tools with the demo world's tool names and schemas (and shell and
     answer), each returning the text the real read returns: verl's loop sees the same
     prompt and the same tool turns as ours, and does no work for them."""
-    from envs.instance import Environment
     from replay import Worlds
     from rl.world import WorldRuntime
+    from worldenv.instances.instance import Environment
 
     worlds = Worlds.open(store)
     try:

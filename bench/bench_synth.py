@@ -79,7 +79,7 @@ def _instrument(probe: dict[str, list[float]]) -> None:
 
     import gates.quality
     import gates.rollout
-    from envs.worker_pool import AppWorker
+    from worldenv.sandbox.workers import AppWorker
 
     start = AppWorker._ensure_started
 
@@ -124,7 +124,7 @@ class Ours:
 
         self.limits = SMOKE_LIMITS if spare else dataclasses.replace(SMOKE_LIMITS, spares=0)
 
-        from awm.world import persona_for
+        from awmbridge.world import persona_for
         from synth.appgen import CodeOut, SpecOut
         from synth.database import DataOut, ScenarioSpec, SchemaOut
         from synth.verifiers import VerifierOut
@@ -157,14 +157,14 @@ class Ours:
         instances, so the accepted code's worker starts once. Seconds of each part."""
         import dataclasses
 
-        from awm.importer import import_day0
-        from awm.world import AWM_SERVICE
-        from envs.instance import Environment
-        from envs.worker_pool import WorkerPool
+        from awmbridge.importer import import_day0
+        from awmbridge.world import AWM_SERVICE
         from replay.engine import Worlds
         from synth.appgen import APP_VERSION, CodeStage, app_name
         from synth.database import DataStage, ScenarioSpec, SchemaStage, day0, scenario_files
         from synth.verifiers import TaskRef, check_task_folder, write_task_folder
+        from worldenv.instances.instance import Environment
+        from worldenv.sandbox.workers import WorkerPool
 
         t: dict[str, float] = {}
         check: dict[str, Any] = {}

@@ -223,9 +223,9 @@ def bare_python() -> float:
 
 
 def run(a: argparse.Namespace) -> Report:
-    from envs.sandbox import default_sandbox
     from gates.verifier import run_verifier
     from gates.verifier_server import close_servers, jobs_served
+    from worldenv.sandbox import default_sandbox
 
     work = fresh_dir(WORK_DIR / "verifier")
     report = Report(B, {"rounds": a.rounds, "world": REF, "scripts": len(SCRIPTS),

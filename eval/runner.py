@@ -44,8 +44,6 @@ from typing import Protocol
 
 import msgspec
 
-from envs.episodes_store import content_id, load_episode
-from envs.instance import Environment
 from eval.contract import Results, RunInfo, TaskResult, Trial, encode_results
 from eval.errors import EvalError
 from eval.metrics import compute_metrics
@@ -55,6 +53,8 @@ from gates.contract import AnswerStep, Rollout
 from gates.rewards import wildawm_reward
 from gates.rollout import open_task_instance, run_rollout, task_w0, verify_episode_of_task
 from gates.task import Task, step_interface
+from worldenv.instances.episodes import content_id, load_episode
+from worldenv.instances.instance import Environment
 from worldstore.canonical import digest_of
 from worldstore.errors import FolderError, WorldError
 from worldstore.folders import (
@@ -173,7 +173,7 @@ def make_agent(config: EvalConfig) -> Agent:
     if spec.kind == "scripted":
         return scripted(spec.name)
     from gates.llm_agent import LLMAgent
-    from llm.client import client_from_env
+    from worldllm.client import client_from_env
 
     client = client_from_env(model=spec.name)
     if config.api_base:

@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from envs.instance import Instance
-from envs.observation import shell_result
 from gates.contract import (
     AnswerStep,
     GuiStep,
@@ -24,6 +22,8 @@ from gates.contract import (
     TurnRecord,
 )
 from gates.task import Task, step_interface
+from worldenv.instances.instance import Instance
+from worldenv.protocol.observation import shell_result
 from worldstore.errors import ConfigError
 
 

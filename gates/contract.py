@@ -67,7 +67,7 @@ class ShellStep(msgspec.Struct, frozen=True, tag="shell", tag_field="kind",
 
 class GuiStep(msgspec.Struct, frozen=True, tag="gui", tag_field="kind",
               forbid_unknown_fields=True):
-    """A GUI action in the instance's browser (``envs.gui``): ``action`` is one of open,
+    """A GUI action in the instance's browser (``worldenv.gui.tools``): ``action`` is one of open,
     screenshot, click, type, key, scroll, read; ``arguments`` those of its ``gui_`` tool
     (``{"url": "/shop/"}``, ``{"name": "Add to cart", "role": "button"}``)."""
 

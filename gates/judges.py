@@ -48,7 +48,10 @@ from gates.contract import (
 from gates.errors import InspectionRefused, InvalidAnswer
 from gates.quality import Judges
 from gates.task import Task
-from llm.client import (
+from replay.engine import Worlds
+from replay.layout import iter_workspace, list_services, service_db, workspace_path
+from replay.sqlite import refuse_host_time_zone
+from worldllm.client import (
     Completion,
     LLMClient,
     Message,
@@ -58,10 +61,7 @@ from llm.client import (
     function_tool,
     object_parameters,
 )
-from llm.errors import LLMCallError, NoModel
-from replay.engine import Worlds
-from replay.layout import iter_workspace, list_services, service_db, workspace_path
-from replay.sqlite import refuse_host_time_zone
+from worldllm.errors import LLMCallError, NoModel
 from worldstore.errors import ConfigError, PathError
 
 NOT_RUN_REASON = "no model configured"
@@ -346,8 +346,8 @@ def rollout_worlds(worlds: Worlds, task: Task, episode_id: str
                    ) -> Iterator[tuple[Path, Path]]:
     """(W0, W) of a stored episode: the task's snapshot (read-only, shared) and a scratch
     mount of it with the episode's effects replayed, removed afterwards."""
-    from envs.episodes_store import load_episode
     from gates.rollout import episode_worlds
+    from worldenv.instances.episodes import load_episode
 
     with episode_worlds(worlds, task, load_episode(worlds, episode_id)) as pair:
         yield pair

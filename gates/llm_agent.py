@@ -2,7 +2,7 @@
 
 The model is offered the instance's MCP tools, a ``shell`` tool (a command in the
 workspace, in the sandbox) and an ``answer`` tool that ends the rollout; when the task
-declares the ``gui`` interface, also the GUI tools of ``envs.gui`` (``gui_open``,
+declares the ``gui`` interface, also the GUI tools of ``worldenv.gui.tools`` (``gui_open``,
 ``gui_read``, ``gui_click``, ...: the instance's web pages in a real browser), and a system
 prompt that says so (``GUI_SYSTEM_PROMPT``). Each model call is one *step*; each tool call
 it makes becomes one ``TurnRecord`` (a step may make several, executed in order; a GUI
@@ -30,7 +30,8 @@ Sampling (``Sampling``): temperature 0 by default; the papers' evaluation protoc
 (``eval.protocols``) set temperature, top-p and top-k, sent with every call.
 
 What the model is shown (the tools offered, the catalogue, tool and shell results,
-refusals) is rendered by ``envs.observation``, as by the RL loop, the gateway and the SFT
+refusals) is rendered by ``worldenv.protocol.observation``, as by the RL loop, the gateway and the
+SFT
 rows: a policy is evaluated on exactly the text it was trained on.
 
 Bad calls are data for the model, never exceptions: a call to a tool that was not offered,
@@ -64,9 +65,21 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from envs.gui import GUI_TOOLS, gui_tool_action
-from envs.instance import Instance
-from envs.observation import (
+from gates.agents import gui_turn, take_step
+from gates.compaction import compaction_prompt, summary_message
+from gates.contract import (
+    AnswerStep,
+    GuiStep,
+    ShellStep,
+    Step,
+    ToolStep,
+    Trajectory,
+    TurnRecord,
+)
+from gates.task import Task
+from worldenv.gui.tools import GUI_TOOLS, gui_tool_action
+from worldenv.instances.instance import Instance
+from worldenv.protocol.observation import (
     ANSWER,
     ANSWER_TOOL_INFO,
     CALL_TOOL,
@@ -84,20 +97,8 @@ from envs.observation import (
     tool_schemas,
     unknown_tool,
 )
-from envs.observation import function_schema as mcp_tool
-from gates.agents import gui_turn, take_step
-from gates.compaction import compaction_prompt, summary_message
-from gates.contract import (
-    AnswerStep,
-    GuiStep,
-    ShellStep,
-    Step,
-    ToolStep,
-    Trajectory,
-    TurnRecord,
-)
-from gates.task import Task
-from llm.client import (
+from worldenv.protocol.observation import function_schema as mcp_tool
+from worldllm.client import (
     Completion,
     LLMClient,
     Message,
@@ -138,7 +139,8 @@ NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; wh
                  "is done, call `answer` with your final answer.")
 
 
-# The agent tools as offered (envs.observation defines them: the gateway serves the same).
+# The agent tools as offered (worldenv.protocol.observation defines them: the gateway serves the
+# same).
 SHELL_TOOL = mcp_tool(SHELL_TOOL_INFO)
 ANSWER_TOOL = mcp_tool(ANSWER_TOOL_INFO)
 LIST_TOOLS_TOOL = mcp_tool(LIST_TOOLS_INFO)
@@ -363,7 +365,7 @@ def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step |
     """The step a model's call (a tool name and its JSON arguments text) asks for, or
     why it cannot be executed. The RL agent loop parses its calls with this too.
 
-    A known ``gui_*`` tool of ``envs.gui`` is a ``GuiStep`` (the names are the GUI
+    A known ``gui_*`` tool of ``worldenv.gui.tools`` is a ``GuiStep`` (the names are the GUI
     tools'; offered only with them): its arguments must be a JSON object, and the
     instance checks the rest (an error result, never an exception)."""
     if name not in known:

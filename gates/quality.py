@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from envs.episodes_store import load_episode
-from envs.instance import Environment
-from envs.sandbox import give_to_sandbox
 from gates.contract import (
     Difficulty,
     GateReport,
@@ -30,6 +27,9 @@ from gates.contract import (
 from gates.rollout import episode_worlds, task_w0
 from gates.task import Task
 from gates.verifier import run_verifier, verifier_digests
+from worldenv.instances.episodes import load_episode
+from worldenv.instances.instance import Environment
+from worldenv.sandbox import give_to_sandbox
 from worldstore.errors import ConfigError
 
 GATES = ("judge_consistency", "initially_unsatisfied", "solvability", "difficulty",

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import msgspec
 
-from envs.episode import Episode, GuiCall, ShellCall, ToolCall, apply_effects
-from envs.episodes_store import load_episode, save_episode
-from envs.instance import Environment, Instance
 from gates.agents import Agent, parse_agent_spec, scripted
 from gates.contract import Interface, Rollout, Verdict
 from gates.errors import TaskError
 from gates.task import SPEC_FILE, Task
 from gates.verifier import run_verifier
 from replay.engine import Worlds
+from worldenv.core.episode import Episode, GuiCall, ShellCall, ToolCall, apply_effects
+from worldenv.instances.episodes import load_episode, save_episode
+from worldenv.instances.instance import Environment, Instance
 from worldstore.canonical import digest_of
 from worldstore.errors import ConfigError, InputError
 from worldstore.store import DayRecord
@@ -165,7 +165,7 @@ def make_agent(spec: str) -> Agent:
     if parsed.kind == "scripted":
         return scripted(parsed.name)
     from gates.llm_agent import LLMAgent  # loads the LLM client only for an LLM agent
-    from llm.client import client_from_env
+    from worldllm.client import client_from_env
 
     return LLMAgent(client_from_env(model=parsed.name))
 
@@ -197,7 +197,8 @@ def rollout_source(env: Environment, *, given: Sequence[Rollout] | None = None,
 
 
 def verifier_reward(env: Environment, task: Task) -> Callable[[Instance, str], float]:
-    """A reward function for ``envs.gym.WorldEnv``: WildAWM's reward of the task's verifier
+    """A reward function for ``worldenv.serving.gym.WorldEnv``: WildAWM's reward of the task's
+    verifier
     on the instance's final world and the answer (a verifier error raises RewardError)."""
     from gates.rewards import wildawm_reward
 

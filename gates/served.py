@@ -1,4 +1,4 @@
-"""Tasks for the gateway: task folders as ``envs.gateway.ServedTask``, each grading an
+"""Tasks for the gateway: task folders as ``worldenv.serving.gateway.ServedTask``, each grading an
 instance with the task's verifier (the gateway cannot: ``envs`` never imports ``gates``).
 
 A source of tasks is a task folder (it holds ``task.json``), a folder of task folders, or
@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.gateway import Grade, ServedTask
-from envs.instance import Environment, Instance
 from gates.contract import Verdict
 from gates.rewards import wildawm_reward
 from gates.rollout import grade, task_w0
 from gates.task import Task, load_task, task_folders
+from worldenv.instances.instance import Environment, Instance
+from worldenv.serving.gateway import Grade, ServedTask
 from worldstore.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 ``run_verifier(verifier_dir, w0, w, answer)`` runs every ``*.py`` file directly in
 `verifier_dir` (sorted by name; names starting with ``_`` are helpers, not scripts) in one
-sandbox (``envs.sandbox``: no network, bounded time, CPU, memory, processes and output)
+sandbox (``worldenv.sandbox``: no network, bounded time, CPU, memory, processes and output)
 holding one Python start, the project's own Python in isolated mode (``-I -S -B``: standard
 library only, no bytecode written): the driver (``awsdk._drive`` in the SDK
 ``gates/sdk/awsdk.py``) imports the SDK and the common standard modules once, then forks a
@@ -68,8 +68,13 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from envs.errors import SandboxError
-from envs.sandbox import (
+from gates.contract import Check, ScriptResult, Verdict
+from gates.errors import TaskError
+from gates.verifier_server import ServerSetup, run_served
+from replay.files import chmod_tree
+from replay.layout import check_world_dir
+from worldenv.errors import SandboxError
+from worldenv.sandbox import (
     OUTPUT_KILL_FACTOR,
     Bind,
     Limits,
@@ -78,11 +83,6 @@ from envs.sandbox import (
     classify_limit,
     default_sandbox,
 )
-from gates.contract import Check, ScriptResult, Verdict
-from gates.errors import TaskError
-from gates.verifier_server import ServerSetup, run_served
-from replay.files import chmod_tree
-from replay.layout import check_world_dir
 
 __all__ = [
     "RESULT_PREFIX",
@@ -110,7 +110,7 @@ MAX_PARALLEL = 4
 TAIL_CHARS = 2000
 # Written by the driver to its own stderr before the first script starts.
 STARTED = "agentworlds-verifier: started"
-TRUNCATED = "\n[... output truncated at {} bytes ...]"  # as envs.sandbox marks a cut stream
+TRUNCATED = "\n[... output truncated at {} bytes ...]"  # as worldenv.sandbox marks a cut stream
 RECORD_BYTES = 1024  # a driver record without its two output fields, at most
 
 # A verifier reads two small worlds: seconds, not minutes. Processes stay at the sandbox's
@@ -188,7 +188,7 @@ class ScriptRun:
     stderr: str
     stdout_cut: bool
     timed_out: bool
-    killed_reason: str | None  # envs.sandbox.classify_limit: "timeout", "cpu", "memory", ...
+    killed_reason: str | None  # worldenv.sandbox.classify_limit: "timeout", "cpu", "memory", ...
     seconds: float
     start_error: str | None = None  # the driver could not start it at all
 

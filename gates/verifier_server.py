@@ -54,8 +54,10 @@ import threading
 import time
 from pathlib import Path
 
-from envs.errors import SandboxError
-from envs.sandbox import (
+from replay.errors import WorldDirError
+from replay.files import link_tree, remove_tree
+from worldenv.errors import SandboxError
+from worldenv.sandbox import (
     OUTPUT_KILL_FACTOR,
     Bind,
     BubblewrapSandbox,
@@ -64,8 +66,6 @@ from envs.sandbox import (
     ShellResult,
     kill_sandbox,
 )
-from replay.errors import WorldDirError
-from replay.files import link_tree, remove_tree
 
 __all__ = ["IDLE_S", "MAX_IDLE", "MAX_JOBS", "STAGE_MAX_ENTRIES", "ServerSetup",
            "close_servers", "jobs_served", "run_served", "servers_started"]

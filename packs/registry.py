@@ -8,7 +8,7 @@ A pack is one folder per domain::
     apps/            optional: apps the logs carry
     tasks/<task>/    task folders (the format of gates/task.py)
     splits.json      optional: {"sft": [...], "rl": [...], "eval": [...]} task names
-    episodes/*.json  optional: scripted episodes (played by envs/script.py)
+    episodes/*.json  optional: scripted episodes (played by worldenv/serving/script.py)
 
 Shipped packs are the folders of this package (``packs/demo/``); installed packs live in a
 directory the caller passes (the CLI's packs directory). A name found in both is refused

@@ -14,7 +14,7 @@ warm-started on the evaluation's own tasks would be measured on what it was show
                 "function": {"name": ..., "arguments": "<JSON text>"}}; a tool call under
                 the tool's name, a shell command as ``shell`` {"command": ...}, a GUI
                 action as its ``gui_<action>`` tool with the action's arguments
-    tool        its result as the agent is shown it (``envs.observation``: a shell
+    tool        its result as the agent is shown it (``worldenv.protocol.observation``: a shell
                 command's text by ``shell_result``, then ``shown``: an error flagged
                 "[error] ", a long result cut at OBSERVATION_LIMIT)
     user        after a GUI action that took a screenshot: the note that stands in for
@@ -30,7 +30,7 @@ Columns (verl's MultiTurnSFTDataset: ``data.messages_key`` "messages", ``data.to
 "tools"): ``messages`` (every message has role, content, tool_calls, tool_call_id; the
 last two null where they do not apply), ``tools`` (the tool schemas offered, as JSON
 text: the instance's MCP tools, the GUI tools for a task declaring ``gui``, then ``shell``
-and ``answer``: envs.observation.tool_schemas), ``data_source``,
+and ``answer``: worldenv.protocol.observation.tool_schemas), ``data_source``,
 ``task_id`` and ``episode_id``.
 
 Why the tools are JSON text: parquet types every element of a list alike, so tool schemas
@@ -48,11 +48,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envs.episode import GuiCall, ToolCall
-from envs.episodes_store import list_episodes, load_episode
-from envs.gui import GUI_ACTIONS
-from envs.instance import Environment
-from envs.observation import ANSWER, SHELL, shell_result, shown, tool_schemas
 from gates.llm_agent import offers_gui, screenshot_caption, screenshot_note
 from gates.rollout import verify_episode_of_task
 from gates.task import Task, load_task
@@ -60,10 +55,15 @@ from packs.registry import Pack
 from rl.contract import DATA_SOURCE_PREFIX
 from rl.dataset import check_task_world, prompt_messages, split_tasks, write_parquet
 from rl.errors import RLError
+from worldenv.core.episode import GuiCall, ToolCall
+from worldenv.gui.tools import GUI_ACTIONS
+from worldenv.instances.episodes import list_episodes, load_episode
+from worldenv.instances.instance import Environment
+from worldenv.protocol.observation import ANSWER, SHELL, shell_result, shown, tool_schemas
 
 if TYPE_CHECKING:
-    from envs.episode import Episode
     from replay.engine import Worlds
+    from worldenv.core.episode import Episode
 
 SFT_DATASET_CLASS = "WorldSFTDataset"  # data.custom_cls.name (path: pkg://rl.sft)
 

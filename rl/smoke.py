@@ -609,8 +609,8 @@ def last_checkpoint(folder: Path) -> Path | None:
 
 
 def _episodes(store: Path) -> int:
-    from envs.episodes_store import list_episodes
     from replay import Worlds
+    from worldenv.instances.episodes import list_episodes
 
     worlds = Worlds.open(store)
     try:

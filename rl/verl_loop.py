@@ -63,7 +63,6 @@ from verl.experimental.agent_loop.agent_loop import (
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-from envs.observation import LIST_TOOLS, shown
 from gates.compaction import COMPACT_PROMPT as COMPACT_PROMPT  # tests read it from here
 from gates.compaction import compaction_prompt, summary_message
 from gates.contract import AnswerStep
@@ -73,6 +72,7 @@ from rl.errors import RLError, RolloutLost
 from rl.rewards import awm_format, awm_score, extra_info, lost_info, wildawm_score
 from rl.samples import history_samples, segment_samples
 from rl.world import Graded, Observation, WorldRuntime, WorldSession, runtime
+from worldenv.protocol.observation import LIST_TOOLS, shown
 from worldstore.errors import WorldError
 
 log = logging.getLogger("agentworlds.rl")
@@ -588,7 +588,7 @@ def _judge(session: WorldSession, graded: Graded) -> Any:
     if graded.verdict is None:
         return None
     from gates.judges import CodeJudge
-    from llm.client import client_from_env
+    from worldllm.client import client_from_env
 
     client = client_from_env()
     if not client.configured:

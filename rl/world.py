@@ -12,7 +12,8 @@ show a GUI step's screenshot, the observation carries ``screenshot``, the text n
 stands in for it (``gates.llm_agent.screenshot_note``: the page's title and path).
 
 What the model is shown of a call (its text, the meta-mode catalogue, a refusal, a
-timeout) is rendered by ``envs.observation``, as by the LLM agent, the gateway and the SFT
+timeout) is rendered by ``worldenv.protocol.observation``, as by the LLM agent, the gateway and the
+SFT
 rows.
 
 Everything slow or blocking (opening an instance, a shell command, a carried app's call,
@@ -39,19 +40,6 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from envs.episodes_store import save_episode
-from envs.instance import Environment, Instance
-from envs.observation import (
-    ANSWER,
-    CALL_TOOL,
-    LIST_TOOLS,
-    SHELL,
-    catalogue,
-    meta_call,
-    not_executed,
-    timed_out,
-    tool_schemas,
-)
 from gates.agents import take_step
 from gates.contract import (
     AnswerStep,
@@ -70,6 +58,19 @@ from packs.registry import load_pack
 from replay.engine import Worlds
 from rl.contract import Mode, RowInfo
 from rl.errors import RLError
+from worldenv.instances.episodes import save_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.protocol.observation import (
+    ANSWER,
+    CALL_TOOL,
+    LIST_TOOLS,
+    SHELL,
+    catalogue,
+    meta_call,
+    not_executed,
+    timed_out,
+    tool_schemas,
+)
 
 STORE_ENV = "AGENT_WORLDS_STORE"  # the store a training process opens (path or URL)
 PACKS_ENV = "AGENT_WORLDS_PACKS"  # installed packs folder (default: beside the store)
@@ -86,7 +87,7 @@ class Observation:
     text: str
     is_error: bool
     screenshot: str | None = None
-    whole: bool = False  # the catalogue: shown uncut (envs.observation.shown)
+    whole: bool = False  # the catalogue: shown uncut (worldenv.protocol.observation.shown)
 
 
 @dataclass
@@ -130,7 +131,8 @@ class WorldRuntime:
         """The tool schemas the model is offered (OpenAI function format) and their names,
         built once per world, mode and GUI: the instance's MCP tools, the GUI tools when
         `gui` (tools mode only), ``shell`` and ``answer``, or AWM's two meta-tools and
-        ``answer`` (``envs.observation.tool_schemas``, as every surface offers them)."""
+        ``answer`` (``worldenv.protocol.observation.tool_schemas``, as every surface offers
+        them)."""
         gui = gui and mode == "tools"
         key = (instance.record.world_hash, mode, gui)
         found = self._schemas.get(key)
@@ -383,7 +385,7 @@ class Graded:
 
 
 def _describe(step: Step) -> str:
-    """What timed out, in the gateway's words (``envs.observation.timed_out``)."""
+    """What timed out, in the gateway's words (``worldenv.protocol.observation.timed_out``)."""
     if isinstance(step, ShellStep):
         return "shell command"
     if isinstance(step, GuiStep):

@@ -4,7 +4,7 @@ section 2).
 * **spec**: every operation with its operation id, summary (<= 80 characters),
   description (<= 200), typed parameters with examples, response schema and the tables
   and fields it uses, checked against the accepted schema. Accepted only with 0 errors.
-* **code**: the tools in the project's own app contract (``envs.app``: documented for the
+* **code**: the tools in the project's own app contract (``worldenv.core.app``: documented for the
   model in the prompt), carried in the world's log as the app of service ``awm``. The code
   is untrusted: it is only parsed here (``ast``) and run in the sandboxed app worker, on
   a scratch store holding day 0 with the code pinned. Accepted only with 0 errors: it
@@ -26,13 +26,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from awm.world import AWM_DAY0_TS, AWM_SERVICE
-from envs.contract import ToolResult
-from envs.errors import AppPinError
-from envs.instance import Environment
-from envs.worker_pool import WorkerLimits, WorkerPool
+from awmbridge.world import AWM_DAY0_TS, AWM_SERVICE
 from replay.engine import Worlds
 from synth.stage import Measure, Stage
+from worldenv.core.contract import ToolResult
+from worldenv.errors import AppPinError
+from worldenv.instances.instance import Environment
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 from worldstore.errors import WorldError
 
 APP_VERSION = "1.0.0"
@@ -50,7 +50,7 @@ _FORBIDDEN_PARAMS = frozenset({"user_id", "password", "token", "session", "api_k
 # One spare is kept started, so the next code to check loads without waiting for Python.
 SMOKE_LIMITS = WorkerLimits(timeout_s=5.0, start_timeout_s=30.0, cpu_s=120, memory_mib=1024,
                             max_file_mib=64, max_workers=1, spares=1)
-_EXCEPTION = "Error calling tool"  # the wording of a call that raised (envs.dispatch)
+_EXCEPTION = "Error calling tool"  # the wording of a call that raised (worldenv.core.dispatch)
 _REFUSED_ARGUMENTS = "validation error"  # pydantic's wording for arguments refused
 
 

@@ -4,7 +4,7 @@ days and personas of the run.
 
 **Writing an app.** The implementer's ``create_app`` tool takes a service name, a
 description, the service's schema (``CREATE`` statements) and the app's code in the
-project's app contract (``envs.app``: ``app = App(service=..., ...)``, tools declared
+project's app contract (``worldenv.core.app``: ``app = App(service=..., ...)``, tools declared
 with ``@app.tool``). The app stage checks it (``check_app``) as environment synthesis
 checks its apps: the name is a free service name (not one of the world's, the shipped
 apps' or the library's), the schema is ``CREATE`` statements only and applies under the
@@ -33,12 +33,12 @@ from typing import Any
 
 import msgspec
 
-from envs.apps import SHIPPED
-from envs.errors import AppPinError
-from envs.instance import Environment
 from replay.engine import Worlds
 from synth.appgen import SMOKE_LIMITS, smoke_problem
 from synth.stage import encode, write_atomically
+from worldenv.apps import SHIPPED
+from worldenv.errors import AppPinError
+from worldenv.instances.instance import Environment
 from worldstore.canonical import digest
 from worldstore.errors import WorldError
 from worldstore.events import AppPayload, Payload, SqlPayload

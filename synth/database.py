@@ -4,7 +4,7 @@
   well-formed (not empty, not a duplicate, no log-in: the user is logged in already).
 * **schema**: SQLite DDL (tables with their indexes) inferred from the tasks, executed
   statement by statement on a scratch database exactly as ``import-awm`` pre-runs AWM's
-  (``awm.world.prerun``: the replay's guards, a frozen clock, foreign keys enforced).
+  (``awmbridge.world.prerun``: the replay's guards, a frozen clock, foreign keys enforced).
   Each failing statement is an error, and so is a table without created_at/updated_at or
   one that stores credentials. Accepted when fewer than 10 % of statements fail.
 * **data**: INSERTs per table in foreign-key order, executed after the accepted schema
@@ -25,8 +25,8 @@ from typing import Any
 import apsw
 import msgspec
 
-from awm.formats import Origin, Scenario, Table, TableInserts
-from awm.world import Day0, Statement, plan_day0, prerun
+from awmbridge.formats import Origin, Scenario, Table, TableInserts
+from awmbridge.world import Day0, Statement, plan_day0, prerun
 from synth.stage import Measure, Stage
 
 TASKS_PER_SCENARIO = 10

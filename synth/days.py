@@ -1,7 +1,7 @@
 """A recorded episode turned into a day (methods.md section 4, "day implementation"): what
 an agent did in a live instance of ``persona@N-1`` becomes day N of the persona's log.
 
-An episode records its effects (``envs.episode``): each state-changing call's database
+An episode records its effects (``worldenv.core.episode``): each state-changing call's database
 changes as the SQLite session extension's changeset, and each workspace change as a
 ``FileChange``. ``day_from_episode`` rewrites them as interchange events: a changeset's
 rows as plain ``INSERT`` / ``UPDATE ... WHERE <key>`` / ``DELETE ... WHERE <key>``
@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import apsw
 
-from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from replay.engine import Worlds
 from replay.errors import ApplyError
 from replay.files import remove_tree
@@ -36,6 +35,7 @@ from replay.fold import build_day_on
 from replay.layout import service_db
 from replay.sqlite import open_readonly, quote_ident
 from synth.errors import SynthError
+from worldenv.core.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
 from worldstore.canonical import digest
 from worldstore.events import (
     GENESIS,

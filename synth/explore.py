@@ -19,10 +19,10 @@ from pathlib import Path
 import msgspec
 
 from gates.judges import WorldInspector
-from llm.client import Message, assistant_message
 from synth.prompts import prompt
 from synth.reviewer import READ_TOOLS, run_read_tool
 from synth.stage import Context, canonical_digest, encode, write_atomically
+from worldllm.client import Message, assistant_message
 
 MAX_TURNS = 8
 FINDINGS_CHARS = 3000

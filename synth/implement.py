@@ -47,13 +47,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from envs.episode import Call, DbChange, Episode, FileChange, GuiCall, ShellCall
-from envs.episodes_store import content_id, save_episode
-from envs.instance import SQL_CALL, Environment, Instance
 from gates.agents import take_step
 from gates.contract import ShellStep, ToolStep
 from gates.llm_agent import SHELL_TOOL, mcp_tool, shown
-from llm.client import Completion, Message, assistant_message, function_tool, object_parameters
 from replay.engine import Worlds
 from replay.files import remove_tree
 from synth.applib import LibraryApp, app_payloads, check_app, taken_services
@@ -66,6 +62,10 @@ from synth.reviewer import LLMReviewer
 from synth.skills import Skill, lesson, skills_of_day, skills_text
 from synth.stage import Context
 from synth.validate_day import DayReport, validate_day
+from worldenv.core.episode import Call, DbChange, Episode, FileChange, GuiCall, ShellCall
+from worldenv.instances.episodes import content_id, save_episode
+from worldenv.instances.instance import SQL_CALL, Environment, Instance
+from worldllm.client import Completion, Message, assistant_message, function_tool, object_parameters
 from worldstore.errors import WorldError
 from worldstore.events import blob_of
 from worldstore.open import open_event_store
@@ -96,7 +96,7 @@ BEGIN_TOOL = function_tool(
                                     "description": "The activity's number in the plan (1..)"}}))
 CREATE_APP_TOOL = function_tool(
     CREATE_APP, "Write a new app when the plan needs a service the world lacks: its schema "
-                "(CREATE statements) and its code in the app contract (envs.app: app = "
+                "(CREATE statements) and its code in the app contract (worldenv.core.app: app = "
                 "App(service=..., name=..., version=...), tools with @app.tool). It is "
                 "checked at once; once accepted, the world serves it from the next day.",
     {"type": "object", "required": ["service", "description", "schema", "code"],

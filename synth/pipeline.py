@@ -7,8 +7,8 @@ a judge model). Each stage goes through ``synth.stage.run_stage`` (self-correcti
 content-addressed outcomes). A stage whose outcome does not let later stages go on
 stops the scenario there, and the result says which stage and why.
 
-Day 0 is made by the AWM import path (``awm.world.plan_day0`` and
-``awm.importer.import_day0``): schema and data at the frozen instant ``AWM_DAY0_TS``,
+Day 0 is made by the AWM import path (``awmbridge.world.plan_day0`` and
+``awmbridge.importer.import_day0``): schema and data at the frozen instant ``AWM_DAY0_TS``,
 then the app line carrying the generated code; it is stored in the user's store and its
 interchange lines are kept in the run (``worlds/<persona>.jsonl``, and in the pack).
 """
@@ -24,17 +24,14 @@ from typing import Any
 
 import msgspec
 
-from awm.errors import ScenarioRefused
-from awm.importer import import_day0
-from awm.world import AWM_SERVICE, Day0, persona_for
-from envs.instance import Environment
-from envs.worker_pool import WorkerPool
+from awmbridge.errors import ScenarioRefused
+from awmbridge.importer import import_day0
+from awmbridge.world import AWM_SERVICE, Day0, persona_for
 from gates.contract import GateReport, GateResult
 from gates.judges import AgentJudge, CodeJudge
 from gates.quality import GateRun, Judges, check_task, failure_detail
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
-from llm.client import LLMClient
 from replay.engine import Worlds
 from synth.appgen import (
     APP_VERSION,
@@ -75,6 +72,9 @@ from synth.verifiers import (
     gate_feedback,
     write_task_folder,
 )
+from worldenv.instances.instance import Environment
+from worldenv.sandbox.workers import WorkerPool
+from worldllm.client import LLMClient
 from worldstore.errors import WorldError
 
 

@@ -12,7 +12,8 @@ import msgspec
 
 from gates.errors import InspectionRefused
 from gates.judges import WorldInspector
-from llm.client import (
+from synth.validate_day import ReviewOutcome
+from worldllm.client import (
     LLMClient,
     Message,
     assistant_message,
@@ -20,7 +21,6 @@ from llm.client import (
     function_tool,
     object_parameters,
 )
-from synth.validate_day import ReviewOutcome
 
 REVIEW_PROMPT = """\
 You review one day of a simulated persona's computer against the plan that day was built \

@@ -7,7 +7,7 @@ A run lives in one folder::
                              options (the judge model of ``envs``, the embedding model
                              of ``scenarios``)
     inputs/                  the seeds and scenarios files given, named by content
-    recordings/<key>.json    every LLM call (``llm.client``: cache mode), the run's source
+    recordings/<key>.json    every LLM call (``worldllm.client``: cache mode), the run's source
     outputs/<stage>/<key>.json  every stage outcome, content-addressed (``synth.stage``)
     scenarios.jsonl          the scenarios kept by ``synth scenarios`` (+ .report.json)
     personas.jsonl           the personas accepted by ``synth persona`` (name, signature)
@@ -62,11 +62,8 @@ from typing import Any, TextIO
 
 import msgspec
 
-from envs.instance import Environment
 from gates.judges import AgentJudge, CodeJudge
 from gates.quality import Judges
-from llm.client import LLMClient, Mode
-from llm.errors import RecordingMissing
 from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
 from synth.applib import add_to_library, library_tools, read_library
@@ -100,6 +97,9 @@ from synth.stage import (
 )
 from synth.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
 from synth.verifiers import gate_feedback
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient, Mode
+from worldllm.errors import RecordingMissing
 from worldstore.errors import FolderError, NotFoundError
 from worldstore.folders import (
     DIR,

@@ -23,12 +23,12 @@ from functools import cache
 
 import msgspec
 
-from envs.apps import SHIPPED
 from packs.registry import load_pack
 from synth.applib import LibraryApp, app_payloads
 from synth.errors import SynthError
 from synth.personas import BibleOut, accounts_file
 from synth.stage import encode
+from worldenv.apps import SHIPPED
 from worldstore.canonical import digest
 from worldstore.events import AppPayload, FileWritePayload, Payload, SqlPayload
 from worldstore.interchange import export_line

@@ -30,12 +30,12 @@ from typing import Literal
 import apsw
 import msgspec
 
-from envs.episode import DbChange, Episode, ToolCall
-from envs.instance import SQL_CALL
 from replay.layout import service_db
 from replay.sqlite import open_readonly, quote_ident
 from synth.plans import PlanOut
 from synth.stage import write_atomically
+from worldenv.core.episode import DbChange, Episode, ToolCall
+from worldenv.instances.instance import SQL_CALL
 
 SKILLS_FILE = "skills.jsonl"
 MAX_SKILLS = 12  # retrieved for one plan, lessons included

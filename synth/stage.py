@@ -31,9 +31,9 @@ from typing import Any, ClassVar, Generic, Literal, TextIO, TypeVar
 
 import msgspec
 
-from llm.client import Completion, Embeddings, LLMClient, Message
 from synth.errors import BudgetSpent
 from synth.prompts import Prompt, prompt
+from worldllm.client import Completion, Embeddings, LLMClient, Message
 from worldstore.folders import write_file
 
 OutT = TypeVar("OutT")

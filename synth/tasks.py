@@ -55,7 +55,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from envs.instance import Environment
 from gates.agents import reference_agent
 from gates.contract import (
     AnswerStep,
@@ -83,7 +82,6 @@ from gates.task import (
     Task,
     load_task,
 )
-from llm.client import LLMClient
 from replay.engine import Worlds
 from replay.layout import service_db
 from replay.sqlite import open_readonly, quote_ident
@@ -92,6 +90,8 @@ from synth.explore import Exploration, explore, findings_block
 from synth.personas import BibleOut
 from synth.stage import Context, Measure, Stage, StageOutcome, encode, run_stage, write_atomically
 from synth.verifiers import gate_feedback
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient
 from worldstore.errors import ConflictError, WorldError
 from worldstore.store import ClaimRecord, ClaimState
 

@@ -12,7 +12,7 @@
    names the first differing table or file and the first event of the day that writes it.
 3. **declarations** — every entry of ``produces.json`` (format below) exists in the day's
    world and, for writes, changed against the day before. No produces.json: not run.
-4. **health** — an instance of the day opens with ``envs.instance.Environment`` (every
+4. **health** — an instance of the day opens with ``worldenv.instances.instance.Environment`` (every
    pinned app loads), one read-only tool without required arguments answers without an
    error on every service that has tools, the declared accounts exist in the live
    instance and the declared credentials are found in its workspace. A world that pins no
@@ -80,10 +80,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from envs.errors import AppPinError
-from envs.instance import Environment, Instance, read_pins
 from gates.contract import GateStatus
-from llm.errors import NoModel, RecordingMissing
 from replay.engine import Worlds
 from replay.errors import ApplyError
 from replay.files import remove_tree
@@ -93,6 +90,9 @@ from replay.layout import WORKSPACE, list_services, service_db, workspace_path
 from replay.sqlite import open_readonly, quote_ident
 from replay.verify import first_difference, touched_by
 from synth.errors import BudgetSpent
+from worldenv.errors import AppPinError
+from worldenv.instances.instance import Environment, Instance, read_pins
+from worldllm.errors import NoModel, RecordingMissing
 from worldstore.errors import PathError, WorldError
 from worldstore.events import (
     FileDeletePayload,

@@ -23,8 +23,7 @@ from typing import Any
 
 import msgspec
 
-from awm.world import AWM_SERVICE
-from envs.instance import Environment
+from awmbridge.world import AWM_SERVICE
 from gates.agents import reference_agent
 from gates.contract import AnswerStep, Solution, Subtask, TaskSpec, ToolStep, to_json
 from gates.errors import TaskError
@@ -32,6 +31,7 @@ from gates.quality import initially_unsatisfied
 from gates.rollout import run_rollout
 from gates.task import RUBRIC_FILE, SOLUTION_FILE, SPEC_FILE, VERIFIER_DIR, load_task
 from synth.stage import Measure, Stage
+from worldenv.instances.instance import Environment
 from worldstore.errors import WorldError
 
 VERIFIER_SCRIPT = "check.py"

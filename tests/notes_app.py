@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from envs.app import App, ToolContext, ToolError
+from worldenv.core.app import App, ToolContext, ToolError
 
 
 class Note(BaseModel):

@@ -94,7 +94,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from envs.app import App, ToolContext, ToolError
+from worldenv.core.app import App, ToolContext, ToolError
 
 app = App(service="awm", name="synth-library-loans", version="1.0.0")
 

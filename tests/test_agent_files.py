@@ -23,14 +23,14 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
-from envs.episode import FileChange, ShellCall, apply_effects
-from envs.instance import Environment, Instance
-from envs.sandbox import Limits
-from envs.workspace import WorkspaceLimits
 from replay import Worlds
 from replay.errors import WorldDirError
 from replay.files import remove_tree
 from worldctl.main import cli
+from worldenv.core.episode import FileChange, ShellCall, apply_effects
+from worldenv.core.workspace import WorkspaceLimits
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sandbox import Limits
 from worldstore.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"

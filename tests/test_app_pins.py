@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.app import App
-from envs.errors import AppPinError
-from envs.instance import Environment
 from replay import Worlds, hash_world
+from worldenv.core.app import App
+from worldenv.errors import AppPinError
+from worldenv.instances.instance import Environment
 from worldstore.errors import InputError
 
 BASE = [
@@ -101,7 +101,7 @@ def test_an_instance_is_served_only_by_the_pinned_code(tmp_path: Path) -> None:
 
 
 def test_carried_code_is_served_by_a_sandboxed_worker(tmp_path: Path) -> None:
-    code = ('from envs.app import App, ToolContext\n'
+    code = ('from worldenv.core.app import App, ToolContext\n'
             'app = App(service="notes", name="mine", version="0.1")\n'
             '@app.tool(writes=False)\n'
             'def count(ctx: ToolContext) -> int:\n'
@@ -114,7 +114,7 @@ def test_carried_code_is_served_by_a_sandboxed_worker(tmp_path: Path) -> None:
 
 
 def test_the_demo_world_pins_exactly_the_shipped_apps(demo_jsonl: Path) -> None:
-    from envs.apps import SHIPPED
+    from worldenv.apps import SHIPPED
 
     pins = {line["service"]: line for line in map(json.loads, demo_jsonl.read_text().splitlines())
             if line["type"] == "app"}
@@ -122,5 +122,5 @@ def test_the_demo_world_pins_exactly_the_shipped_apps(demo_jsonl: Path) -> None:
     for service, app in SHIPPED.items():
         assert (pins[service]["app"], pins[service]["version"], pins[service]["digest"]) == (
             app.name, app.version, app.digest), (
-            f"envs/apps/{service}.py changed: regenerate the demo world with "
+            f"worldenv/apps/{service}.py changed: regenerate the demo world with "
             "`.venv/bin/python packs/demo/world/build_lars.py`")

@@ -1,4 +1,4 @@
-"""The shipped apps (envs/apps) against the real demo world `lars@7`.
+"""The shipped apps (worldenv/apps) against the real demo world `lars@7`.
 
 Every test gets a fresh mount of the demo's last day. Tools are called directly with a
 ``ToolContext`` on a plain apsw connection (writes in a transaction that a ToolError rolls
@@ -19,10 +19,10 @@ import pytest
 from fastmcp.tools import Tool
 from pydantic import BaseModel
 
-from envs.app import ToolContext, ToolError, ToolSpec, bind
-from envs.apps import SHIPPED, calendar, chat, notes, shipped_app, shop
-from envs.apps import _common as apps_common
 from replay import Mount, Worlds
+from worldenv.apps import SHIPPED, calendar, chat, notes, shipped_app, shop
+from worldenv.apps import _common as apps_common
+from worldenv.core.app import ToolContext, ToolError, ToolSpec, bind
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"

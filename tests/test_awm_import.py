@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from awm.errors import AwmError, AwmFormatError, ScenarioRefused
-from awm.formats import read_awm_dir
-from awm.importer import ImportReport, import_awm
-from awm.world import AWM_DAY0_TS, AWM_SERVICE, persona_for, plan_day0
-from envs.awm import AWM_ADAPTER_VERSION, AWM_APP
+from awmbridge.errors import AwmError, AwmFormatError, ScenarioRefused
+from awmbridge.formats import read_awm_dir
+from awmbridge.importer import ImportReport, import_awm
+from awmbridge.world import AWM_DAY0_TS, AWM_SERVICE, persona_for, plan_day0
 from replay.engine import Worlds
+from worldenv.awm.host import AWM_ADAPTER_VERSION, AWM_APP
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "awm-1k-samples"  # AWM-1K's own files
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "awm"

@@ -23,18 +23,18 @@ from typing import Any
 import pytest
 from llm_server import LoopbackLLM, serving
 
-from awm.importer import import_awm
-from awm.tasks import CODE_SCRIPT, SQL_SCRIPT, AwmOutcome, awm_rollout_outcome
-from envs.episode import ToolCall
-from envs.instance import Environment
+from awmbridge.importer import import_awm
+from awmbridge.tasks import CODE_SCRIPT, SQL_SCRIPT, AwmOutcome, awm_rollout_outcome
 from gates.contract import AnswerStep, Rollout, ToolStep
 from gates.judges import CodeJudge
 from gates.llm_agent import LLMAgent
 from gates.quality import DifficultyConfig, GateRun, check_task, render_report
 from gates.rollout import agent_rollouts, run_rollout, scripted_rollouts
 from gates.task import Task, load_task
-from llm.client import LLMClient
 from replay import Worlds
+from worldenv.core.episode import ToolCall
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient
 from worldstore.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
@@ -189,7 +189,7 @@ def test_completed_rollout_gets_reward_one(env: Environment, task: Task,
 
 
 def rollout_episode(env: Environment, rollout: Rollout) -> list[Any]:
-    from envs.episodes_store import load_episode
+    from worldenv.instances.episodes import load_episode
 
     return list(load_episode(env.worlds, rollout.episode_id).events)
 

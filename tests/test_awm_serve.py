@@ -1,4 +1,5 @@
-"""The AWM adapter serving real imported AWM worlds (``envs.awm``, ``envs.awm_adapter``).
+"""The AWM adapter serving real imported AWM worlds (``worldenv.awm.host``,
+``worldenv.awm.adapter``).
 
 content_platform_1 is AWM's own generated server (34 routes, from the samples); "quirks" is
 a small scenario written here in AWM's formats and style with the quirks its generator
@@ -23,8 +24,10 @@ from fastmcp import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from awm.importer import import_awm
-from envs.awm import (
+from awmbridge.importer import import_awm
+from replay.engine import Worlds
+from replay.layout import service_db
+from worldenv.awm.host import (
     AWM_ADAPTER_VERSION,
     AWM_APP,
     adapter_digest,
@@ -32,18 +35,16 @@ from envs.awm import (
     operation_ids,
     route_count,
 )
-from envs.checker import check_determinism
-from envs.contract import CallClock
-from envs.episode import DbChange, ToolCall
-from envs.episodes_store import replay_episode
-from envs.errors import AppPinError
-from envs.gateway import Gateway
-from envs.instance import Environment, Instance
-from envs.mcp import instance_server
-from envs.sandbox import find_sandbox_tools
-from envs.worker_pool import WorkerLimits, WorkerPool
-from replay.engine import Worlds
-from replay.layout import service_db
+from worldenv.core.contract import CallClock
+from worldenv.core.episode import DbChange, ToolCall
+from worldenv.errors import AppPinError
+from worldenv.instances.checker import check_determinism
+from worldenv.instances.episodes import replay_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sandbox import find_sandbox_tools
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
+from worldenv.serving.gateway import Gateway
+from worldenv.serving.mcp import instance_server
 
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "awm-1k-samples"  # AWM-1K's own files
 CP = "content_platform_1"

@@ -24,10 +24,10 @@ from click.testing import CliRunner
 from llm_server import serving
 from pydantic import Field
 
-from awm.errors import AwmError
-from awm.formats import read_awm_dir
-from awm.importer import import_awm
-from awm.tasks import (
+from awmbridge.errors import AwmError
+from awmbridge.formats import read_awm_dir
+from awmbridge.importer import import_awm
+from awmbridge.tasks import (
     CODE_HELPER,
     CODE_SCRIPT,
     README_FILE,
@@ -38,8 +38,6 @@ from awm.tasks import (
     unverified_tasks,
     write_tasks,
 )
-from envs.app import App, ToolContext, ToolError
-from envs.instance import Environment
 from gates.agents import ScriptedAgent, scripted
 from gates.contract import Rollout, Solution, Step
 from gates.errors import TaskError
@@ -49,9 +47,11 @@ from gates.rewards import awm_outcome_reward
 from gates.rollout import run_rollout, scripted_rollouts, task_w0
 from gates.task import Task, load_task
 from gates.verifier import run_verifier
-from llm.client import LLMClient
 from replay import Worlds
 from worldctl.main import cli
+from worldenv.core.app import App, ToolContext, ToolError
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE / "fixtures" / "awm-1k-samples"  # AWM-1K's own files

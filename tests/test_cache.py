@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from envs.instance import Environment
 from replay import Worlds
 from replay.cache import (
     CACHE_MAX_ENV,
@@ -36,6 +35,7 @@ from replay.cache import (
 )
 from replay.hashing import hash_world
 from worldctl.main import cli
+from worldenv.instances.instance import Environment
 from worldstore.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"

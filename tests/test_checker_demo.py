@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.checker import check_determinism
-from envs.instance import Environment
-from envs.script import as_checker_calls, load_script
 from packs.registry import load_pack
 from replay import Worlds
+from worldenv.instances.checker import check_determinism
+from worldenv.instances.instance import Environment
+from worldenv.serving.script import as_checker_calls, load_script
 
 CALLS = [
     *as_checker_calls(load_script(load_pack("demo").episode("demo"))[1]),

@@ -13,11 +13,11 @@ import msgspec
 import pytest
 from click.testing import CliRunner, Result
 
-from envs.episodes_store import load_episode
 from gates.contract import Rollout
 from gates.rewards import wildawm_rollout_reward
 from replay.engine import Worlds
 from worldctl.main import cli
+from worldenv.instances.episodes import load_episode
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"

@@ -25,8 +25,8 @@ from worldstore.migrate import HEAD_REVISION, head_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
-HEAVY = ("rich", "msgspec", "sqlalchemy", "alembic", "apsw", "replay", "envs", "gates",
-         "packs", "synth", "llm")
+HEAVY = ("rich", "msgspec", "sqlalchemy", "alembic", "apsw", "replay", "worldenv", "gates",
+         "packs", "synth", "worldllm")
 
 PROBE = """
 import json, sys
@@ -66,7 +66,7 @@ def test_a_command_imports_only_its_groups_module_and_no_alembic(tmp_path: Path)
     loaded = loaded_by(["--store", str(store), "personas"])
     assert {"worldctl.main", "worldctl.store", "sqlalchemy"} <= loaded
     assert not loaded & {"worldctl.envs", "worldctl.tasks", "worldctl.synth", "worldctl.packs",
-                         "worldctl.demo", "alembic", "rich", "replay", "envs",
+                         "worldctl.demo", "alembic", "rich", "replay", "worldenv",
                          "gates"}, loaded
 
 
@@ -101,7 +101,8 @@ def test_the_command_table_matches_the_commands() -> None:
 
 def test_no_library_module_imports_worldctl() -> None:
     offenders = []
-    libraries = ("worldstore", "replay", "packs", "envs", "llm", "gates", "synth", "rl", "eval")
+    libraries = ("worldstore", "replay", "packs", "worldenv", "worldllm", "gates", "synth", "rl",
+                 "eval")
     for path in (p for name in libraries for p in (ROOT / name).rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

@@ -28,9 +28,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from envs.browser import Browser
-from envs.episode import Episode, GuiCall
-from envs.instance import Environment
 from gates.agents import ScriptedAgent, reference_agent, scripted
 from gates.contract import GuiStep, Solution, Verdict
 from gates.quality import GATES, GateRun, Judges, check_task
@@ -40,6 +37,9 @@ from gates.verifier import run_verifier
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.layout import service_db
+from worldenv.core.episode import Episode, GuiCall
+from worldenv.gui.browser import Browser
+from worldenv.instances.instance import Environment
 
 ROOT = Path(__file__).resolve().parent.parent
 PACK = load_pack("demo")
@@ -104,14 +104,14 @@ def test_the_world_builds_to_the_same_bytes_as_the_shipped_log() -> None:
     assert {e["persona"] for e in events} == {"nora"} and {e["day"] for e in events} == {0, 1}
     assert {e["service"] for e in events if e["type"] == "sql"} == {"chat", "shop"}
     pins = {e["service"]: e for e in events if e["type"] == "app"}
-    from envs.apps import SHIPPED
+    from worldenv.apps import SHIPPED
 
     assert sorted(pins) == ["chat", "shop"]
     for service, pin in pins.items():
         app = SHIPPED[service]
         assert (pin["app"], pin["version"], pin["digest"]) == (app.name, app.version,
                                                                app.digest), (
-            f"envs/apps/{service}.py changed: regenerate the world with "
+            f"worldenv/apps/{service}.py changed: regenerate the world with "
             "`.venv/bin/python packs/demo/world/build_nora.py`")
 
 

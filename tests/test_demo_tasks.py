@@ -22,7 +22,6 @@ from types import ModuleType
 import msgspec
 import pytest
 
-from envs.instance import Environment
 from gates.agents import ScriptedAgent, reference_agent, scripted
 from gates.contract import AnswerStep, Difficulty, ShellStep, Solution, ToolStep, Verdict
 from gates.rollout import interfaces_used
@@ -31,6 +30,7 @@ from gates.verifier import SDK_DIR, run_verifier
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.hashing import world_manifest
+from worldenv.instances.instance import Environment
 
 PACK = load_pack("demo")  # the tasks as every caller finds them: through the registry
 DEMO = PACK.worlds[0]

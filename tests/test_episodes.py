@@ -22,17 +22,17 @@ import pytest
 import sqlalchemy as sa
 from notes_app import notes_app
 
-from envs.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
-from envs.episodes_store import (
+from replay import Worlds
+from replay.errors import IntegrityError
+from worldenv.core.episode import DbChange, Episode, FileChange, ShellCall, ToolCall
+from worldenv.instances.episodes import (
     episode_record,
     load_episode,
     replay_episode,
     save_episode,
     verify_episode,
 )
-from envs.instance import Environment
-from replay import Worlds
-from replay.errors import IntegrityError
+from worldenv.instances.instance import Environment
 from worldstore.errors import ConflictError, NotFoundError
 from worldstore.migrate import head_revision
 from worldstore.open import open_event_store

@@ -25,8 +25,9 @@ from worldstore.errors import WorldError
 
 PROJECT = Path(__file__).resolve().parent.parent
 # Every project package there is (eval, say, once it exists).
-PACKAGES = [name for name in ("worldstore", "replay", "packs", "envs", "llm", "gates", "synth",
-                              "rl", "eval", "awm", "worldctl")
+PACKAGES = [name for name in ("worldstore", "replay", "packs", "worldenv", "worldllm", "gates",
+                              "synth",
+                              "rl", "eval", "awmbridge", "worldctl")
             if (PROJECT / name / "__init__.py").is_file()]
 # Modules that only run inside another program, and cannot be imported on their own.
 NOT_IMPORTABLE = {
@@ -133,12 +134,12 @@ def drawn_as(cls: type) -> Drawn | None:
 
 
 def test_the_tree_is_drawn_and_the_walk_finds_the_known_classes() -> None:
-    assert {"worldstore", "replay", "envs", "gates", "worldctl"} <= set(PACKAGES)
+    assert {"worldstore", "replay", "worldenv", "gates", "worldctl"} <= set(PACKAGES)
     names = {d.name for d in TREE}
     assert {"WorldError", "StoreError", "ConflictError", "ApplyError", "ToolError"} <= names
     found = {f"{cls.__module__}.{cls.__qualname__}" for cls in EXCEPTIONS}
     assert {"worldstore.errors.WorldError", "replay.errors.ApplyError",
-            "envs.errors.SandboxError", "gates.errors.TaskError"} <= found
+            "worldenv.errors.SandboxError", "gates.errors.TaskError"} <= found
 
 
 def test_the_root_is_worlderror() -> None:

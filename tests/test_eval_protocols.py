@@ -15,17 +15,17 @@ import pytest
 from cli_harness import invoke, refused
 from llm_server import FIXTURES, serving
 
-from envs.instance import Environment
 from eval.protocols import AWM, PROTOCOLS, WILDAWM, WILDAWM_CONTEXT
 from eval.runner import EvalConfig, make_agent
 from gates.compaction import COMPACT_PROMPT, compaction_prompt, summary_message
 from gates.llm_agent import LLMAgent, Sampling
 from gates.task import load_task
-from llm.client import LLMClient, build_request
 from packs.registry import load_pack
 from replay import Worlds
 from rl import config as rl_config
 from worldctl.eval import eval_run
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient, build_request
 
 LLM_ENV = {"WORLDCTL_LLM_API_KEY": "sk-loopback", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 TITLE = "Nordlys Studio - Fjellrommet brief"

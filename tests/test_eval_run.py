@@ -20,11 +20,11 @@ import pytest
 from cli_harness import invoke, refused
 from llm_server import FIXTURES, load_script, serving
 
-from envs.episodes_store import load_episode
 from eval.contract import decode_results
 from eval.runner import TRIALS_DIR
 from packs.registry import load_pack
 from replay.engine import Worlds
+from worldenv.instances.episodes import load_episode
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from envs.instance import Environment
 from gates.contract import GateReport, GateResult
 from gates.quality import DifficultyConfig, GateRun, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
 from replay.engine import Worlds
+from worldenv.instances.instance import Environment
 from worldstore.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -266,9 +266,9 @@ def test_at_most_two_revision_rounds(env: Environment, tmp_path: Path) -> None:
 
 
 def test_the_gym_wrapper_rewards_with_the_tasks_verifier(env: Environment) -> None:
-    from envs.gym import WorldEnv
     from gates.contract import AnswerStep, ShellStep, ToolStep
     from gates.rollout import verifier_reward
+    from worldenv.serving.gym import WorldEnv
 
     task = load_task(TASKS / BASE)
     gym = WorldEnv(env, task.spec.world, max_steps=50, reward_fn=verifier_reward(env, task))

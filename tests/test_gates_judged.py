@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 from llm_server import serving
 
-from envs.instance import Environment
 from gates.contract import Rollout
 from gates.judges import AgentJudge, CodeJudge, judges_from_env
 from gates.quality import GateRun, Judges, apply_gates, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
-from llm.client import LLMClient
 from replay.engine import Worlds
 from synth.reviewer import LLMReviewer
 from synth.validate_day import validate_day
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"

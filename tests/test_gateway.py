@@ -24,13 +24,13 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import BaseModel, Field
 
-from envs.app import App, ToolContext, ToolError
-from envs.episode import Episode, ToolCall, apply_effects
-from envs.errors import GatewayError
-from envs.gateway import Gateway, check_bind, serve
-from envs.instance import Environment
 from replay import Worlds
 from worldctl.main import cli
+from worldenv.core.app import App, ToolContext, ToolError
+from worldenv.core.episode import Episode, ToolCall, apply_effects
+from worldenv.errors import GatewayError
+from worldenv.instances.instance import Environment
+from worldenv.serving.gateway import Gateway, check_bind, serve
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 TOKEN = "s3cret-token"
@@ -427,7 +427,7 @@ def test_a_runaway_carried_call_costs_only_its_own_instance(tmp_path: Path) -> N
     in its worker, the other's calls answer in normal time (they run in another worker)."""
     from test_worker_isolation import RUNAWAY_TIMEOUT, carried_world
 
-    from envs.worker_pool import WorkerLimits, WorkerPool
+    from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
     with carried_world(tmp_path / "store") as carried, \
             Environment(carried, apps={}) as environment:

@@ -26,16 +26,16 @@ import pytest
 from fastmcp import Client
 from test_gateway import assert_refused, served
 
-from envs.episode import ShellCall, ToolCall
-from envs.episodes_store import load_episode, verify_episode
-from envs.gateway import Gateway, ServedTask
-from envs.instance import Environment
 from gates.contract import AnswerStep, ShellStep, Step, ToolStep
 from gates.rollout import verify_episode_of_task
 from gates.served import load_served_tasks
 from gates.task import Task, load_task
 from packs.registry import load_pack
 from replay import Worlds
+from worldenv.core.episode import ShellCall, ToolCall
+from worldenv.instances.episodes import load_episode, verify_episode
+from worldenv.instances.instance import Environment
+from worldenv.serving.gateway import Gateway, ServedTask
 from worldstore.errors import ConfigError
 
 PACK = load_pack("demo")

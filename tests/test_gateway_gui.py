@@ -24,13 +24,13 @@ from cdp import Browser
 from fastmcp import Client
 from mcp.types import ImageContent, TextContent
 
-from envs.episode import DbChange, GuiCall
-from envs.episodes_store import load_episode
-from envs.gateway import Gateway, ServedTask
-from envs.gui import GUI_TOOLS
-from envs.instance import Environment, Instance
-from envs.mcp import gui_caller, instance_server
 from replay import Worlds
+from worldenv.core.episode import DbChange, GuiCall
+from worldenv.gui.tools import GUI_TOOLS
+from worldenv.instances.episodes import load_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.serving.gateway import Gateway, ServedTask
+from worldenv.serving.mcp import gui_caller, instance_server
 from worldstore.canonical import digest
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
@@ -311,7 +311,7 @@ def test_mcp_lists_the_gui_tools_only_when_enabled_and_answers_with_screenshots(
     close(rest, plain["id"])
 
     made = create(rest, gui=True, agent="gui-test")
-    # No action here navigates (a click that submits a form is envs.gui's to test): what
+    # No action here navigates (a click that submits a form is worldenv.gui.tools's to test): what
     # each answers does not hang on when the browser gets round to a navigation.
     names, results = asyncio.run(over_mcp(base + made["mcp_url"], [
         ("gui_open", {"url": "/shop/products/1"}),

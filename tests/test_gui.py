@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.browser import Browser
-from envs.episode import DbChange, GuiCall
-from envs.episodes_store import load_episode, save_episode, verify_episode
-from envs.instance import Environment, Instance
-from envs.site import Page, PageContext, Site
-from envs.sites import SHIPPED_SITES
 from replay.engine import Worlds
+from worldenv.core.episode import DbChange, GuiCall
+from worldenv.gui.browser import Browser
+from worldenv.gui.site import Page, PageContext, Site
+from worldenv.instances.episodes import load_episode, save_episode, verify_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sites import SHIPPED_SITES
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 pytestmark = pytest.mark.skipif(
@@ -288,7 +288,7 @@ def test_screenshots_can_be_left_out_of_episodes(worlds: Worlds, browser: Browse
 
 
 def test_the_gym_wrapper_takes_gui_actions(env: Environment) -> None:
-    from envs.gym import WorldEnv
+    from worldenv.serving.gym import WorldEnv
 
     world = WorldEnv(env, "lars@7")
     try:

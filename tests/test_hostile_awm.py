@@ -27,14 +27,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from awm.importer import import_awm
-from envs.checker import CheckReport, check_carried_tools
-from envs.contract import CallClock
-from envs.instance import Environment
-from envs.sandbox import find_sandbox_tools
-from envs.worker_pool import WorkerLimits, WorkerPool
+from awmbridge.importer import import_awm
 from replay.engine import Worlds
 from worldctl.main import cli
+from worldenv.core.contract import CallClock
+from worldenv.instances.checker import CheckReport, check_carried_tools
+from worldenv.instances.instance import Environment
+from worldenv.sandbox import find_sandbox_tools
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 try:
     find_sandbox_tools(setpriv=False)

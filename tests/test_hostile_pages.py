@@ -3,7 +3,7 @@ function of the world, a page served for one gateway instance cannot act on anot
 one client cannot fill the host with GUI instances.
 
 Real components only: the demo world in a real store, the shipped sites, the gateway under
-uvicorn, the instances' sandboxed Chromium (``envs.browser``) and a person's headless
+uvicorn, the instances' sandboxed Chromium (``worldenv.gui.browser``) and a person's headless
 Chromium (tests/cdp.py). The corpus:
 
 * escaping: every column of every table of every site's world (text columns at once, each
@@ -45,14 +45,14 @@ import pytest
 from asgi_server import served
 from cdp import Browser as PersonBrowser
 
-from envs.browser import Browser, Intercepted, Served
-from envs.episodes_store import save_episode
-from envs.gateway import Gateway
-from envs.instance import Environment, Instance
-from envs.site import Page, PageContext, Site
-from envs.sites import SHIPPED_SITES
 from replay import Worlds
 from worldctl.ui import WorldsUI
+from worldenv.gui.browser import Browser, Intercepted, Served
+from worldenv.gui.site import Page, PageContext, Site
+from worldenv.instances.episodes import save_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.serving.gateway import Gateway
+from worldenv.sites import SHIPPED_SITES
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "packs" / "demo" / "world" / "lars.jsonl"
@@ -426,7 +426,7 @@ def _crawl_ui(ui: httpx2.Client) -> dict[str, str]:
     return pages
 
 
-MARKUP_MAKERS = {"__add__", "__radd__", "join", "esc", "markup", "_page"}  # envs/site.py
+MARKUP_MAKERS = {"__add__", "__radd__", "join", "esc", "markup", "_page"}  # worldenv/gui/site.py
 SITE_SOURCES = sorted([ROOT / "envs" / "site.py", *(ROOT / "envs" / "sites").glob("*.py")])
 
 
@@ -732,7 +732,7 @@ def test_gui_instances_are_capped_per_client_and_in_all(worlds: Worlds) -> None:
 
 
 def test_gui_caps_are_checked_when_the_gateway_is_made(worlds: Worlds) -> None:
-    from envs.errors import GatewayError
+    from worldenv.errors import GatewayError
 
     with pytest.raises(GatewayError, match="max_gui"):
         Gateway(Environment(worlds), max_gui_instances=0)

@@ -2,7 +2,7 @@
 (issue 26, class 2). Real bubblewrap, real app workers, real verifier runs, real Chromium.
 
 **Process hoarders.** Each role's sandbox has a process limit counted for it alone
-(``envs.sandbox``). A hoarder in each role (an agent shell, a carried app's tool call, a
+(``worldenv.sandbox``). A hoarder in each role (an agent shell, a carried app's tool call, a
 verifier script) takes every process or thread it can, or forks a bomb, and holds them;
 meanwhile a shell of another instance, a call of another instance in another worker of
 the same app (forking processes and threads of its own) and an honest verifier run all
@@ -42,12 +42,12 @@ from typing import Any
 import pytest
 from sandbox_uids import free_uid
 
-from envs.browser import BROWSER_MAX_PROCS, Browser
-from envs.instance import Environment, Instance
-from envs.sandbox import BubblewrapSandbox, Limits, default_sandbox
-from envs.worker_pool import WorkerLimits, WorkerPool
 from gates.verifier import VERIFIER_LIMITS, run_verifier
 from replay import Worlds
+from worldenv.gui.browser import BROWSER_MAX_PROCS, Browser
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 REPO = Path(__file__).resolve().parent.parent
 SHELL_LIMIT = Limits().max_procs
@@ -60,7 +60,7 @@ HOLD_TIMEOUT_S = 30.0
 # attacks on the database it is handed.
 APP_CODE = '''
 import errno, mmap, os, stat, threading, time
-from envs.app import App, ToolContext
+from worldenv.core.app import App, ToolContext
 
 app = App(service="notes", name="hostile-notes", version="0.1")
 GARBAGE = b"overwritten by the app" * 64
@@ -497,7 +497,7 @@ HOARDERS = {"shell": _hoarding_shell, "app": _hoarding_app, "verifier": _hoardin
 
 
 def _marker_of(role: str, marker: str) -> str:
-    return "envs.app_worker" if role == "app" else marker
+    return "worldenv.sandbox.app_worker" if role == "app" else marker
 
 
 @pytest.mark.parametrize(("role", "kind"), [
@@ -557,8 +557,8 @@ def test_the_browser_starts_while_every_other_role_hoards(roles: Roles) -> None:
 HOST_SIDE = '''
 import hashlib, json, os, sys
 from pathlib import Path
-from envs.instance import Environment
-from envs.worker_pool import WorkerLimits, WorkerPool
+from worldenv.instances.instance import Environment
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 from gates.verifier import run_verifier
 from replay import Worlds
 

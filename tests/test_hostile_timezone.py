@@ -50,11 +50,6 @@ from hypothesis import strategies as st
 from sandbox_uids import free_uid
 
 import replay.sqlite as guards
-from envs.app import App, ToolContext
-from envs.episode import apply_effects
-from envs.instance import Environment
-from envs.sandbox import BubblewrapSandbox, default_sandbox
-from envs.worker_pool import WorkerLimits, WorkerPool
 from gates.errors import InspectionRefused
 from gates.judges import WorldInspector
 from gates.verifier import run_verifier
@@ -64,6 +59,11 @@ from replay.engine import Worlds
 from replay.errors import ApplyError, EventFailed
 from replay.hashing import service_manifest
 from replay.layout import service_db
+from worldenv.core.app import App, ToolContext
+from worldenv.core.episode import apply_effects
+from worldenv.instances.instance import Environment
+from worldenv.sandbox import BubblewrapSandbox, default_sandbox
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 from worldstore.events import SqlPayload, StoredEvent
 
 REPO = Path(__file__).resolve().parent.parent
@@ -523,7 +523,7 @@ def convert(ctx: ToolContext, modifier: str) -> str:
 
 CARRIED = f'''
 import os, time
-from envs.app import App, ToolContext
+from worldenv.core.app import App, ToolContext
 app = App(service="app", name="tz-carried", version="1")
 
 

@@ -45,8 +45,6 @@ from hypothesis import strategies as st
 from sandbox_uids import free_uid
 
 import gates.verifier_server as servers
-from envs.instance import Environment
-from envs.sandbox import BubblewrapSandbox, Limits, default_sandbox
 from gates.agents import scripted
 from gates.contract import Verdict
 from gates.rollout import run_rollout
@@ -55,6 +53,8 @@ from gates.verifier import run_verifier
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.files import chmod_tree
+from worldenv.instances.instance import Environment
+from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
 
 LIMITS = Limits(timeout_s=5, cpu_s=3, memory_mib=512, max_procs=48,
                 max_output_bytes=64 * 1024, max_file_mib=4, tmp_mib=8)

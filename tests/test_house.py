@@ -18,20 +18,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BELOW_GATES = {"worldstore", "replay", "packs", "envs", "llm", "gates"}
+BELOW_GATES = {"worldstore", "replay", "packs", "worldenv", "worldllm", "gates"}
 # package -> the project packages it may import (besides itself)
 MAY_IMPORT: dict[str, set[str]] = {
     "worldstore": set(),
     "replay": {"worldstore"},
     "packs": {"worldstore", "replay"},
-    "envs": {"worldstore", "replay"},
-    "llm": {"worldstore"},
-    "gates": {"worldstore", "replay", "packs", "envs", "llm"},
-    "awm": BELOW_GATES,  # the AWM importer: on grading (its task folders)
-    "synth": BELOW_GATES | {"awm"},  # synthesis: day 0 through the AWM import path
+    "worldenv": {"worldstore", "replay"},
+    "worldllm": {"worldstore"},
+    "gates": {"worldstore", "replay", "packs", "worldenv", "worldllm"},
+    "awmbridge": BELOW_GATES,  # the AWM importer: on grading (its task folders)
+    "synth": BELOW_GATES | {"awmbridge"},  # synthesis: day 0 through the AWM import path
     "rl": BELOW_GATES,
     "eval": BELOW_GATES,
-    "worldctl": BELOW_GATES | {"synth", "rl", "eval", "awm"},
+    "worldctl": BELOW_GATES | {"synth", "rl", "eval", "awmbridge"},
 }
 PACKAGES = set(MAY_IMPORT)
 ONLY_IN_RL = {"verl", "torch"}
@@ -119,7 +119,7 @@ def _package(module: str) -> str:
 
 
 def test_the_packages_are_found() -> None:
-    for package in ("worldstore", "replay", "envs", "llm", "gates", "packs", "synth", "rl",
+    for package in ("worldstore", "replay", "worldenv", "worldllm", "gates", "packs", "synth", "rl",
                     "worldctl"):
         assert package in MODULES, package
     assert "replay.engine" in MODULES and "worldctl.main" in MODULES
@@ -238,9 +238,11 @@ def test_the_import_scanner_sees_function_level_and_type_only_imports(tmp_path: 
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                       "    from gates.task import Task\n"
-                      "def f():\n    from worldctl.main import cli\n    import envs.instance\n")
+                      "def f():\n    from worldctl.main import cli\n"
+                      "    import worldenv.instances.instance\n")
     found = {(i.target, i.type_only) for i in imports_of("replay.m", source)}
-    assert {("gates.task", True), ("worldctl.main", False), ("envs.instance", False)} <= found
+    assert {("gates.task", True), ("worldctl.main", False),
+            ("worldenv.instances.instance", False)} <= found
 
 
 def test_the_tree_names_where_each_concern_lives() -> None:
@@ -251,8 +253,8 @@ def test_the_tree_names_where_each_concern_lives() -> None:
                  "replay/fold.py",             # where replay happens
                  "replay/apply.py",            # how one event is applied
                  "replay/hashing.py",          # where a world is hashed
-                 "envs/contract.py",           # the environments' contract
-                 "envs/dispatch.py",           # where a tool call enters
+                 "worldenv/core/contract.py",           # the environments' contract
+                 "worldenv/core/dispatch.py",           # where a tool call enters
                  "gates/rewards.py",           # where a reward is computed
                  "gates/verifier.py",          # where a task is verified
                  "gates/quality.py",           # the five quality gates

@@ -18,16 +18,16 @@ from fastmcp.exceptions import ValidationError as McpValidationError
 from fastmcp.tools import Tool
 from notes_app import notes_app
 
-from envs.app import App, ToolContext, bind
-from envs.checker import check_determinism
-from envs.contract import CallClock, CallContext, ToolResult
-from envs.dispatch import execute_tool, open_tool_db
-from envs.episode import DbChange, Episode, ToolCall, apply_effects
-from envs.errors import InstanceClosed, ResetNeeded
-from envs.gym import WorldEnv
-from envs.instance import Environment, Instance
-from envs.mcp import instance_server
 from replay import Worlds
+from worldenv.core.app import App, ToolContext, bind
+from worldenv.core.contract import CallClock, CallContext, ToolResult
+from worldenv.core.dispatch import execute_tool, open_tool_db
+from worldenv.core.episode import DbChange, Episode, ToolCall, apply_effects
+from worldenv.errors import InstanceClosed, ResetNeeded
+from worldenv.instances.checker import check_determinism
+from worldenv.instances.instance import Environment, Instance
+from worldenv.serving.gym import WorldEnv
+from worldenv.serving.mcp import instance_server
 
 notes = notes_app("test-notes")
 

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from llm_server import FIXTURES, LoopbackLLM, load_script, serving
 
-from envs.instance import Environment
 from gates.agents import reference_agent
 from gates.contract import (
     JUDGE_CLASSES,
@@ -43,8 +42,9 @@ from gates.judges import (
 )
 from gates.rollout import run_rollout
 from gates.task import Task, load_task
-from llm.client import LLMClient
 from replay import Worlds
+from worldenv.instances.instance import Environment
+from worldllm.client import LLMClient
 from worldstore.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"

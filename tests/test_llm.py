@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from llm_server import FIXTURES, LoopbackLLM, serving
 
-from llm.client import (
+from worldllm.client import (
     Completion,
     LLMClient,
     ToolCall,
@@ -24,7 +24,7 @@ from llm.client import (
     client_from_env,
     request_hash,
 )
-from llm.errors import LLMCallError, NoModel, RecordingMissing
+from worldllm.errors import LLMCallError, NoModel, RecordingMissing
 from worldstore.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,9 +193,9 @@ def test_litellm_is_imported_lazily_and_offline() -> None:
     """Importing the grading modules must not import litellm (seconds), and importing it
     through the client must not try to download the model cost map."""
     code = ("import sys\n"
-            "import llm.client, gates.judges, gates.llm_agent\n"
+            "import worldllm.client, gates.judges, gates.llm_agent\n"
             "assert 'litellm' not in sys.modules, 'litellm imported eagerly'\n"
-            "from llm.client import _litellm\n"
+            "from worldllm.client import _litellm\n"
             "_litellm()\n"
             "print('ok')\n")
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}

@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from llm_server import FIXTURES, LoopbackLLM, load_script, serving
 
-from envs.episode import FileChange, ShellCall, ToolCall
-from envs.instance import Environment, Instance
 from gates.contract import AnswerStep, ShellStep, ToolStep
 from gates.llm_agent import MAX_INVALID_STEPS, OBSERVATION_LIMIT, LLMAgent
 from gates.rollout import run_rollout
 from gates.task import Task, load_task
-from llm.client import LLMClient
-from llm.errors import NoModel
 from replay import Worlds
+from worldenv.core.episode import FileChange, ShellCall, ToolCall
+from worldenv.instances.instance import Environment, Instance
+from worldllm.client import LLMClient
+from worldllm.errors import NoModel
 from worldstore.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"

@@ -14,9 +14,6 @@ from typing import Any
 import pytest
 from llm_server import FIXTURES, LoopbackLLM, serving
 
-from envs.episode import GuiCall, ToolCall
-from envs.gui import GUI_TOOLS
-from envs.instance import Environment, Instance
 from gates.contract import AnswerStep, GuiStep, ToolStep
 from gates.llm_agent import (
     GUI_SYSTEM_PROMPT,
@@ -27,8 +24,11 @@ from gates.llm_agent import (
 )
 from gates.rollout import run_rollout
 from gates.task import Task, load_task
-from llm.client import LLMClient
 from replay import Worlds
+from worldenv.core.episode import GuiCall, ToolCall
+from worldenv.gui.tools import GUI_TOOLS
+from worldenv.instances.instance import Environment, Instance
+from worldllm.client import LLMClient
 from worldstore.canonical import digest
 
 pytestmark = pytest.mark.usefixtures("loopback_env")

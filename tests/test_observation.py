@@ -1,4 +1,5 @@
-"""One rendering of what the model sees (``envs.observation``): the same actions through
+"""One rendering of what the model sees (``worldenv.protocol.observation``): the same actions
+through
 every surface, the same bytes.
 
 The surfaces, each on its real path: the LLM agent (litellm's real call path to the
@@ -37,9 +38,15 @@ from rl_harness import ScriptedServer, batch_of, call_text, demo_store, tiny_mod
 from rl_harness import verl_config as verl_config_of
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-from envs.gateway import Gateway
-from envs.instance import Environment
-from envs.observation import (
+from gates.contract import AnswerStep, Step, ToolStep
+from gates.llm_agent import LLMAgent
+from gates.task import Task, load_task
+from packs.registry import load_pack
+from replay import Worlds
+from rl.dataset import prompt_messages, rl_rows
+from rl.sft import episode_messages, offered_tools
+from worldenv.instances.instance import Environment
+from worldenv.protocol.observation import (
     OBSERVATION_LIMIT,
     catalogue,
     not_executed,
@@ -47,14 +54,8 @@ from envs.observation import (
     tool_schemas,
     unknown_tool,
 )
-from gates.contract import AnswerStep, Step, ToolStep
-from gates.llm_agent import LLMAgent
-from gates.task import Task, load_task
-from llm.client import LLMClient
-from packs.registry import load_pack
-from replay import Worlds
-from rl.dataset import prompt_messages, rl_rows
-from rl.sft import episode_messages, offered_tools
+from worldenv.serving.gateway import Gateway
+from worldllm.client import LLMClient
 
 PACK = load_pack("demo")
 TASK_ID = "nordlys-cart-vs-bom"  # lars@3, mcp and shell, in the rl split (the loop's rows)

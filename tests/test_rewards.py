@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envs.instance import Environment
 from gates.contract import (
     AnswerStep,
     Check,
@@ -48,6 +47,7 @@ from rl.advantages import (
     pick_group,
     update_kappa,
 )
+from worldenv.instances.instance import Environment
 
 DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 

@@ -24,12 +24,12 @@ from gates.llm_agent import (
     offers_gui,
 )
 from gates.task import load_task
-from llm.client import LLMClient
 from packs.registry import Pack, load_pack
 from replay.engine import Worlds
 from rl.contract import AGENT_NAME, DATA_SOURCE_PREFIX, RowInfo
 from rl.dataset import COLUMNS, rl_rows, row_info, write_rl_dataset
 from rl.errors import RLError
+from worldllm.client import LLMClient
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,10 +27,6 @@ from rl_harness import (
 from test_llm_agent_gui import ANSWER, GUI_NAMES, GUI_TASK, write_gui_task
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
-from envs.episode import GuiCall, ToolCall
-from envs.episodes_store import load_episode, save_episode
-from envs.gui import GUI_TOOLS
-from envs.instance import Environment
 from gates.agents import reference_agent
 from gates.contract import AnswerStep, GuiStep, Step, ToolStep
 from gates.llm_agent import (
@@ -47,6 +43,10 @@ from rl.dataset import rl_rows
 from rl.errors import RLError
 from rl.sft import conversable, episode_messages, offered_tools, sft_rows
 from rl.world import WorldRuntime
+from worldenv.core.episode import GuiCall, ToolCall
+from worldenv.gui.tools import GUI_TOOLS
+from worldenv.instances.episodes import load_episode, save_episode
+from worldenv.instances.instance import Environment
 
 PACK_NAME = "guipack"
 CART_NOTE = screenshot_note("screenshot after gui_click — page: Cart · AVLager — /shop/cart")

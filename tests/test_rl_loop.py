@@ -28,7 +28,6 @@ from rl_harness import (
 )
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker, DictConfigWrap
 
-from envs.episodes_store import list_episodes, load_episode, verify_episode
 from gates.contract import AnswerStep, ShellStep, ToolStep
 from gates.rewards import wildawm_reward
 from gates.rollout import verify_episode_of_task
@@ -38,6 +37,7 @@ from replay import Worlds
 from rl.dataset import prompt_messages, rl_rows
 from rl.errors import RLError
 from rl.verl_loop import COMPACT_PROMPT, WorldAgentLoop
+from worldenv.instances.episodes import list_episodes, load_episode, verify_episode
 
 PACK = load_pack("demo")
 RL_TASKS = PACK.split("rl")

@@ -14,7 +14,6 @@ import polars as pl
 import pytest
 from rl_tokenizer import tiny_tokenizer
 
-from envs.instance import Environment
 from gates.agents import scripted
 from gates.contract import AnswerStep, Rollout, ShellStep, ToolStep
 from gates.llm_agent import ANSWER, ANSWER_TOOL, SHELL, SHELL_TOOL, SYSTEM_PROMPT
@@ -24,6 +23,7 @@ from packs.registry import Pack, load_pack
 from replay.engine import Worlds
 from rl.errors import RLError
 from rl.sft import SFT_DATASET_CLASS, decode_tools, sft_rows, write_sft_dataset
+from worldenv.instances.instance import Environment
 
 SFT_TASK = "nordlys-deposit-invoice"  # the demo pack's sft split
 RL_TASK = "mats-work-order"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import SandboxError
-from envs.sandbox import (
+from worldenv.errors import SandboxError
+from worldenv.sandbox import (
     LIMIT_REASONS,
     Bind,
     BubblewrapSandbox,
@@ -36,7 +36,7 @@ from envs.sandbox import (
     run_sandboxed,
     sandbox_ids,
 )
-from envs.worker_pool import MASKED, AppWorker, WorkerLimits
+from worldenv.sandbox.workers import MASKED, AppWorker, WorkerLimits
 
 SECRET = "top-secret-of-instance-b"
 MARKER = "[... output truncated at"
@@ -535,7 +535,8 @@ def test_the_app_worker_policy_binds_only_python_and_the_project_read_only(
     assert policy.user is not None and policy.user[0] != 0
     assert policy.rlimits.max_procs == WorkerLimits().max_procs
     assert worker.argv(5)[-5:] == [f"/opt/python/bin/python{sys.version_info[0]}."
-                                   f"{sys.version_info[1]}", "-s", "-m", "envs.app_worker", "5"]
+                                   f"{sys.version_info[1]}", "-s", "-m",
+                                   "worldenv.sandbox.app_worker", "5"]
 
 
 def test_rlimits_are_validated() -> None:

@@ -1,4 +1,4 @@
-"""Scripted episodes (envs/script.py): script files parsed strictly, played on real
+"""Scripted episodes (worldenv/serving/script.py): script files parsed strictly, played on real
 instances through an in-memory MCP client and the sandboxed shell, stored and verified."""
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from envs.episodes_store import verify_episode
-from envs.instance import Environment
-from envs.script import (
+from packs.registry import load_pack
+from replay.engine import Worlds
+from worldenv.instances.episodes import verify_episode
+from worldenv.instances.instance import Environment
+from worldenv.serving.script import (
     ScriptedCall,
     as_checker_calls,
     load_script,
     play_script,
     run_scripted_episode,
 )
-from packs.registry import load_pack
-from replay.engine import Worlds
 from worldstore.errors import InputError
 
 DEMO = load_pack("demo")

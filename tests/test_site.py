@@ -1,4 +1,4 @@
-"""The shipped sites (envs.sites) on the demo world, served by ``Instance.page``.
+"""The shipped sites (worldenv.sites) on the demo world, served by ``Instance.page``.
 
 Real store, real apps, no browser: every page renders with the world's values (escaped),
 unknown pages and ids are 404s, a page cannot write, each form does exactly what its tool
@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from envs.episode import DbChange, FormSubmission, GuiCall
-from envs.instance import Environment, Instance
-from envs.site import CSP, Page, PageContext, PageResponse, Site, esc
-from envs.sites.shop import nok
 from replay import Worlds
+from worldenv.core.episode import DbChange, FormSubmission, GuiCall
+from worldenv.gui.site import CSP, Page, PageContext, PageResponse, Site, esc
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sites.shop import nok
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")

@@ -18,10 +18,10 @@ from cli_harness import invoke
 from llm_server import serving
 from test_synth_plans import BIBLE, EXPLORE_RULES, PLAN1
 
-from envs.instance import Environment
 from replay.engine import Worlds
 from synth.applib import check_app, read_library
 from synth.runs import replay_run
+from worldenv.instances.instance import Environment
 
 MODEL = "openai/loopback"
 IMPLEMENT = "synth prompt implement@v1"
@@ -32,7 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from envs.app import App, ToolContext
+from worldenv.core.app import App, ToolContext
 
 app = App(service="bank", name="library-bank", version="1.0.0")
 

@@ -13,12 +13,12 @@ import msgspec
 import pytest
 from cli_harness import invoke, refused
 
-from envs.episodes_store import load_episode, save_episode
-from envs.instance import Environment
 from packs.registry import load_pack
 from replay.engine import Worlds
 from synth.days import day_from_episode, store_day
 from synth.errors import SynthError
+from worldenv.instances.episodes import load_episode, save_episode
+from worldenv.instances.instance import Environment
 
 DEMO = load_pack("demo").worlds[0]
 

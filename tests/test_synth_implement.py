@@ -21,7 +21,6 @@ from cli_harness import invoke, refused
 from llm_server import serving
 from test_synth_plans import BIBLE, EXPLORE_RULES, FINDINGS, PLAN1
 
-from envs.instance import Environment
 from packs.registry import load_pack
 from replay.engine import Worlds
 from synth.days import EpisodeDay
@@ -31,6 +30,7 @@ from synth.plans import PlanOut
 from synth.runs import replay_run
 from synth.setup import SETUP_TS, library_schemas, setup_lines
 from synth.skills import Skill, lesson, read_skills, retrieve
+from worldenv.instances.instance import Environment
 from worldstore.errors import InputError
 
 MODEL = "openai/loopback"

@@ -18,7 +18,6 @@ import pytest
 from cli_harness import invoke
 from llm_server import LoopbackLLM, serving
 
-from envs.apps import SHIPPED
 from synth.personas import (
     BibleOut,
     accounts_salt,
@@ -28,6 +27,7 @@ from synth.personas import (
     signature,
 )
 from synth.runs import replay_run
+from worldenv.apps import SHIPPED
 
 MODEL = "openai/loopback"
 RETRY = "Earlier attempts at this failed"

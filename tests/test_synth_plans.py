@@ -15,7 +15,6 @@ import pytest
 from cli_harness import invoke, refused
 from llm_server import serving
 
-from envs.apps import SHIPPED
 from packs.registry import load_pack
 from replay.engine import Worlds
 from synth.personas import BibleOut, library_tools
@@ -29,6 +28,7 @@ from synth.plans import (
     world_facts,
 )
 from synth.runs import replay_run
+from worldenv.apps import SHIPPED
 from worldstore.events import FileWritePayload, SqlPayload
 from worldstore.testing import make_event
 

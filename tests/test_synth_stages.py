@@ -26,9 +26,7 @@ from synth_script import (
     TASKS,
 )
 
-from awm.world import Day0
-from llm.client import LLMClient
-from llm.errors import NoModel
+from awmbridge.world import Day0
 from synth.appgen import CodeOut, CodeStage, SpecOut, SpecStage
 from synth.database import (
     DataOut,
@@ -53,6 +51,8 @@ from synth.stage import (
     run_stage,
     stage_key,
 )
+from worldllm.client import LLMClient
+from worldllm.errors import NoModel
 
 MODEL = "openai/loopback-1"
 RETRY = "Earlier attempts at this failed"

@@ -259,7 +259,7 @@ def test_cosine_and_the_candidates_checks(synthesized: tuple[Path, Path, dict[st
     _, store, _ = synthesized
     assert cosine([1.0, 0.0], [1.0, 0.0]) == 1.0 and cosine([1.0, 0.0], [0.0, 2.0]) == 0.0
     assert cosine([0.0, 0.0], [1.0, 0.0]) == 0.0
-    from envs.instance import Environment
+    from worldenv.instances.instance import Environment
 
     with Worlds.open(store) as worlds, Environment(worlds) as env:
         world_hash = worlds.record("astrid@2").world_hash

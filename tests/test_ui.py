@@ -26,14 +26,14 @@ from asgi_server import served
 from cdp import Browser
 from cli_harness import invoke, refused
 
-from envs.episodes_store import load_episode, save_episode
-from envs.instance import Environment
 from gates.contract import GateReport, GateResult, to_json
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.hashing import hash_world
 from synth.tasks import TaskRecord
 from worldctl.ui import PAGE_ROWS, WorldsUI, synth_records, task_index
+from worldenv.instances.episodes import load_episode, save_episode
+from worldenv.instances.instance import Environment
 
 DEMO = load_pack("demo")
 CHECKED = "nordlys-cart-vs-bom"  # the task with gate reports (see `site`)

@@ -13,7 +13,6 @@ from typing import Any
 import msgspec
 import pytest
 
-from envs.instance import Environment
 from gates.contract import to_json
 from replay import Worlds
 from synth.validate_day import (
@@ -26,6 +25,7 @@ from synth.validate_day import (
     render_day_report,
     validate_day,
 )
+from worldenv.instances.instance import Environment
 
 HERE = Path(__file__).resolve().parent
 DEMO_JSONL = HERE.parent / "packs" / "demo" / "world" / "lars.jsonl"

@@ -32,17 +32,6 @@ from types import ModuleType
 import pytest
 from sandbox_uids import free_uid, uid_processes
 
-from envs.errors import SandboxError
-from envs.sandbox import (
-    Bind,
-    BubblewrapSandbox,
-    DockerSandbox,
-    Limits,
-    Rlimits,
-    SandboxPolicy,
-    Tmpfs,
-    default_sandbox,
-)
 from gates.contract import Check, Verdict
 from gates.errors import TaskError
 from gates.verifier import (
@@ -59,6 +48,17 @@ from replay.engine import Worlds
 from replay.errors import WorldDirError
 from replay.files import chmod_tree
 from replay.hashing import world_manifest
+from worldenv.errors import SandboxError
+from worldenv.sandbox import (
+    Bind,
+    BubblewrapSandbox,
+    DockerSandbox,
+    Limits,
+    Rlimits,
+    SandboxPolicy,
+    Tmpfs,
+    default_sandbox,
+)
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 RENAMED_NOTE, NEW_TITLE = 9, "Fjord kickoff"

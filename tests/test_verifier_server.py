@@ -22,8 +22,6 @@ import pytest
 from sandbox_uids import free_uid, uid_processes
 
 import gates.verifier_server as servers
-from envs.instance import Environment
-from envs.sandbox import BubblewrapSandbox, Limits, default_sandbox
 from gates.contract import Verdict
 from gates.quality import initially_unsatisfied
 from gates.task import load_task
@@ -31,6 +29,8 @@ from gates.verifier import run_verifier
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.files import chmod_tree
+from worldenv.instances.instance import Environment
+from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
 
 FAST = Limits(timeout_s=5, cpu_s=2, memory_mib=512, max_procs=32,
               max_output_bytes=16 * 1024, max_file_mib=4, tmp_mib=8)

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from envs.episodes_store import replay_episode
-from envs.instance import Environment, Instance
-from envs.sandbox import sandbox_ids
-from envs.worker_pool import WorkerLimits, WorkerPool
 from replay import Worlds
+from worldenv.instances.episodes import replay_episode
+from worldenv.instances.instance import Environment, Instance
+from worldenv.sandbox import sandbox_ids
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 CODE = '''
 import gc, os, socket, stat, struct, sys, time
-from envs.app import App, ToolContext
+from worldenv.core.app import App, ToolContext
 
 app = App(service="notes", name="liar-notes", version="0.1")
 print("loaded: a line on stdout at import")

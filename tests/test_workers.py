@@ -19,22 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from envs.app import App
-from envs.contract import CallClock
-from envs.episode import DbChange
-from envs.episodes_store import replay_episode
-from envs.errors import AppPinError
-from envs.instance import Environment
-from envs.worker_pool import WorkerLimits, WorkerPool
 from replay import Worlds
 from replay.layout import service_db
+from worldenv.core.app import App
+from worldenv.core.contract import CallClock
+from worldenv.core.episode import DbChange
+from worldenv.errors import AppPinError
+from worldenv.instances.episodes import replay_episode
+from worldenv.instances.instance import Environment
+from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 MARKER = "AGENTWORLDS_CARRIED_CODE_RAN"
 CODE = f'''
 import os, signal, socket, stat, subprocess, sys, threading, time
 from typing import Annotated
 from pydantic import BaseModel, Field
-from envs.app import App, ToolContext, ToolError
+from worldenv.core.app import App, ToolContext, ToolError
 
 os.environ["{MARKER}"] = "1"  # proves where the code ran
 app = App(service="notes", name="carried-notes", version="0.1")
@@ -395,7 +395,7 @@ def test_carried_code_that_does_not_load_is_refused(tmp_path: Path) -> None:
 
 
 CLOCK_CODE = '''
-from envs.app import App, ToolContext, ToolError
+from worldenv.core.app import App, ToolContext, ToolError
 
 app = App(service="notes", name="clock-notes", version="0.1")
 
@@ -454,7 +454,7 @@ def test_a_carried_app_answers_as_the_same_code_in_process(tmp_path: Path) -> No
 
 
 def _spare_count(limits: WorkerLimits) -> int:
-    from envs import worker_pool
+    from worldenv.sandbox import workers as worker_pool
 
     with worker_pool._SPARES._lock:
         return sum(1 for s in worker_pool._SPARES._ready.get(limits, [])
@@ -463,7 +463,7 @@ def _spare_count(limits: WorkerLimits) -> int:
 
 def _wait_for_spare(limits: WorkerLimits, timeout: float = 60.0) -> None:
 
-    from envs import worker_pool
+    from worldenv.sandbox import workers as worker_pool
 
     deadline = time.monotonic() + timeout
     while _spare_count(limits) < 1:
@@ -475,7 +475,7 @@ def _wait_for_spare(limits: WorkerLimits, timeout: float = 60.0) -> None:
 
 
 def _spare_pids(limits: WorkerLimits) -> set[int]:
-    from envs import worker_pool
+    from worldenv.sandbox import workers as worker_pool
 
     with worker_pool._SPARES._lock:
         return {s[0].pid for s in worker_pool._SPARES._ready.get(limits, [])

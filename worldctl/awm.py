@@ -1,8 +1,9 @@
 """The AWM commands: ``worldctl import-awm DIR`` and ``worldctl check-awm REF``.
 
-``import-awm`` parses its arguments, makes one call of ``awm.importer.import_awm`` and
+``import-awm`` parses its arguments, makes one call of ``awmbridge.importer.import_awm`` and
 renders the report: one block per imported scenario, then one ``error:`` line per refusal
-(exit 2). ``check-awm`` makes one call of ``envs.checker.check_carried_tools`` (every tool
+(exit 2). ``check-awm`` makes one call of ``worldenv.instances.checker.check_carried_tools`` (every
+tool
 of the world's carried code, on three fresh instances) and prints each call whose response
 or effects differ (exit 1 if any); a world that carries no code is a refusal (exit 2).
 """
@@ -20,7 +21,7 @@ from worldctl.main import EXIT_REFUSED
 from worldctl.session import worlds
 
 if TYPE_CHECKING:
-    from awm.importer import ImportReport, ScenarioReport
+    from awmbridge.importer import ImportReport, ScenarioReport
 
 
 @click.command("import-awm")
@@ -45,7 +46,7 @@ def import_awm_cmd(ctx: click.Context, directory: Path, scenarios: tuple[str, ..
     more failing is refused); --strict refuses any. Each refusal is an error line naming
     the file, line and scenario (exit 2); the other scenarios are imported.
     """
-    from awm.importer import import_awm
+    from awmbridge.importer import import_awm
 
     report = import_awm(worlds(ctx, create=True), directory, scenarios=list(scenarios),
                         strict=strict, tasks_out=tasks_out)
@@ -109,7 +110,7 @@ def check_awm_cmd(ctx: click.Context, ref: str, as_json: bool) -> None:
     schema, on three instances: two in fresh sandboxed workers, one in the first one's
     worker after it. Each call whose response or effects differ is listed (exit 1).
     """
-    from envs.checker import check_carried_tools
+    from worldenv.instances.checker import check_carried_tools
 
     store = worlds(ctx)
     store.record(ref)  # an unknown REF is refused before any worker starts

@@ -94,15 +94,16 @@ def _episode_steps(ctx: click.Context, script: Path) -> bool:
     """An instance, the pack's scripted episode through MCP and the shell, the episode as
     `episode show` prints it, the instance's diff, and `episode verify`."""
     try:
-        from envs.script import run_scripted_episode
+        from worldenv.serving.script import run_scripted_episode
     except ModuleNotFoundError as exc:
         render.echo(f"\nskipped the episode demo: {exc.name} is not installed: "
                     "pip install 'agent-worlds[envs]'")
         return True
-    from envs.episodes_store import summarize_episode
+    from worldenv.instances.episodes import summarize_episode
 
     store = worlds(ctx)
-    render.step(f"python: envs.script.run_scripted_episode(worlds, {script})   (an instance, "
+    render.step("python: worldenv.serving.script.run_scripted_episode("
+                f"worlds, {script})   (an instance, "
                 "an in-memory MCP client, the sandboxed shell and browser)")
     played = run_scripted_episode(store, script)
     for line in played.lines[:-1]:
@@ -122,11 +123,11 @@ def _episode_steps(ctx: click.Context, script: Path) -> bool:
 
 def _task_steps(ctx: click.Context, folder: Path) -> bool:
     """One task of the pack through the five gates on the six default scripted rollouts."""
-    from envs.instance import Environment
     from gates.judges import judges_from_env
     from gates.quality import GateRun, check_task, render_report
     from gates.rollout import rollout_source
     from gates.task import load_task
+    from worldenv.instances.instance import Environment
 
     store = worlds(ctx)
     render.step(f"worldctl task check {folder}   (six scripted rollouts; the judges' gates "

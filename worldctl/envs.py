@@ -25,7 +25,7 @@ def episode() -> None:
 def episode_list(ctx: click.Context, task_id: str | None, agent: str | None,
                  as_json: bool) -> None:
     """Stored episodes: where each started, its task and agent, its calls and errors."""
-    from envs.episodes_store import list_episodes
+    from worldenv.instances.episodes import list_episodes
 
     found = list_episodes(worlds(ctx), task=task_id, agent=agent)
     if as_json:
@@ -41,7 +41,7 @@ def episode_list(ctx: click.Context, task_id: str | None, agent: str | None,
 def episode_show(ctx: click.Context, episode_id: str, as_json: bool) -> None:
     """The calls of episode EPISODE_ID (tool or command, error flag, response) and the
     effects each had."""
-    from envs.episodes_store import decode_episode, summarize_episode
+    from worldenv.instances.episodes import decode_episode, summarize_episode
 
     record = worlds(ctx).store.episode(episode_id)
     summary = summarize_episode(record)
@@ -58,7 +58,7 @@ def episode_show(ctx: click.Context, episode_id: str, as_json: bool) -> None:
 def episode_replay(ctx: click.Context, episode_id: str) -> None:
     """Apply the effects of EPISODE_ID to a fresh mount of its snapshot; print the world
     hash. Exits 1 if it differs from the recorded final hash."""
-    from envs.episodes_store import load_episode, replay_episode
+    from worldenv.instances.episodes import load_episode, replay_episode
 
     store = worlds(ctx)
     ep = load_episode(store, episode_id)
@@ -81,7 +81,7 @@ def episode_verify(ctx: click.Context, episode_ids: tuple[str, ...], all_: bool)
 
     Exits 1 and names each episode that fails.
     """
-    from envs.episodes_store import verify_episodes
+    from worldenv.instances.episodes import verify_episodes
 
     results = verify_episodes(worlds(ctx), None if all_ or not episode_ids
                               else list(episode_ids))
@@ -106,7 +106,7 @@ def _missing(exc: ImportError) -> str:
 def check_port_free(host: str, port: int) -> None:
     """Refuse a port that another process listens on before the server starts (uvicorn
     would log a traceback-like error and exit 1 only after start-up)."""
-    from envs.errors import GatewayError
+    from worldenv.errors import GatewayError
 
     if port == 0:  # the system picks a free one
         return
@@ -171,9 +171,9 @@ def serve(ctx: click.Context, host: str, port: int, token: str | None, max_insta
     episode is stored when it is closed or reset.
     """
     try:
-        from envs.gateway import check_bind
-        from envs.gateway import serve as run_gateway
-        from envs.instance import Environment
+        from worldenv.instances.instance import Environment
+        from worldenv.serving.gateway import check_bind
+        from worldenv.serving.gateway import serve as run_gateway
     except ImportError as exc:  # fastmcp re-raises a missing uvicorn as its own ImportError
         raise click.ClickException(f"worldctl serve needs the envs extra: {_missing(exc)}; "
                                    "pip install 'agent-worlds[envs]'") from None

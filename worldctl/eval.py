@@ -63,10 +63,10 @@ def eval_run(ctx: click.Context, sources: tuple[str, ...], agent: str, split: st
 
     Trials are content-addressed: a killed run resumes where it stopped when run again
     with the same --out."""
-    from envs.instance import Environment
     from eval.contract import encode_results
     from eval.protocols import protocol
     from eval.runner import EvalConfig, run_eval, run_id_of
+    from worldenv.instances.instance import Environment
 
     tasks, used_split = _tasks(ctx, sources, split)
     steps, window = protocol(protocol_name).limits(max_steps, history)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from envs.episodes_store import EpisodeSummary
     from gates.contract import Rollout
     from replay.diff import WorldDiff
     from replay.hashing import Manifest
     from replay.report import DayResult, VerifyReport
+    from worldenv.instances.episodes import EpisodeSummary
     from worldstore.store import DayRecord, PersonaSummary
 
 CLIP_CALL = 40

@@ -30,9 +30,9 @@ def validate_day_cmd(ctx: click.Context, ref: str, produces: Path | None, plan: 
     The layers: lint, replay determinism, declarations (produces.json), live health and
     the reviewer agent. Exit 1 if a layer failed.
     """
-    from envs.instance import Environment
     from synth.reviewer import reviewer_from_env
     from synth.validate_day import render_day_report, validate_day
+    from worldenv.instances.instance import Environment
 
     store = worlds(ctx)
     with Environment(store) as env:
@@ -491,9 +491,9 @@ def _stage_report(what: str, report: dict[str, Any], as_json: bool,
 
 def _day_from_episode(ctx: click.Context, persona: str, day: int, episode_id: str,
                       as_json: bool) -> None:
-    from envs.episodes_store import load_episode
     from synth.days import day_from_episode, store_day
     from synth.errors import SynthError
+    from worldenv.instances.episodes import load_episode
 
     store = worlds(ctx)
     episode = load_episode(store, episode_id)

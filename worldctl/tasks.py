@@ -46,12 +46,12 @@ def task_check(ctx: click.Context, task_dir: Path, rollouts_file: Path | None, a
                n: int, hinted: int, live_test_n: int, report_file: Path | None,
                as_json: bool) -> None:
     """Load TASK_DIR, apply the five gates, report. Exit 1 if the task is rejected."""
-    from envs.instance import Environment
     from gates.contract import to_json
     from gates.judges import judges_from_env
     from gates.quality import DifficultyConfig, GateRun, check_task, render_report
     from gates.rollout import load_rollouts, rollout_source
     from gates.task import load_task
+    from worldenv.instances.instance import Environment
 
     loaded = load_task(task_dir)
     config = DifficultyConfig(live_test_n=live_test_n)
@@ -121,11 +121,11 @@ def task_verify(ctx: click.Context, task_dir: Path, episode_id: str, answer: str
 def rollout(ctx: click.Context, task_dir: Path, agent_spec: str, n: int, hinted: int,
             out_file: Path | None, as_json: bool) -> None:
     """Run N rollouts of an agent on TASK_DIR; each episode is stored and graded."""
-    from envs.instance import Environment
     from gates.contract import to_json
     from gates.rewards import rollout_reward
     from gates.rollout import agent_rollouts, make_agent
     from gates.task import load_task
+    from worldenv.instances.instance import Environment
 
     loaded = load_task(task_dir)
     agent = make_agent(agent_spec)

@@ -54,9 +54,6 @@ from typing import Any
 import click
 import msgspec
 
-from envs.episode import DbChange, FileChange, GuiCall, ShellCall, ToolCall
-from envs.episodes_store import list_episodes, load_episode
-from envs.gateway import from_loopback
 from eval.contract import Results, RunInfo, decode_results
 from eval.errors import EvalError
 from eval.runner import RESULTS_FILE, RUN_FILE, TRIALS_DIR, load_run_info
@@ -76,6 +73,9 @@ from replay.engine import Worlds
 from replay.files import read_regular
 from replay.layout import APPS, SERVICES, WORKSPACE, check_world_dir, service_db
 from replay.sqlite import open_readonly, quote_ident
+from worldenv.core.episode import DbChange, FileChange, GuiCall, ShellCall, ToolCall
+from worldenv.instances.episodes import list_episodes, load_episode
+from worldenv.serving.gateway import from_loopback
 from worldstore.errors import ConfigError, NotFoundError, WorldError
 from worldstore.names import check_relpath
 
@@ -356,7 +356,7 @@ class WorldsUI:
                 what, result = f"shell: {call.command}", call.stdout + call.stderr
             elif isinstance(call, ToolCall):
                 what, result = call.tool, call.text
-            else:  # a GUI action in the instance's browser (envs.gui)
+            else:  # a GUI action in the instance's browser (worldenv.gui.tools)
                 what, result = f"gui: {call.action} {call.url or ''}".rstrip(), call.text
             shown = f"<pre>{html.escape(result[:2000])}</pre>"
             if isinstance(call, GuiCall) and call.screenshot in episode.screenshots:
@@ -948,9 +948,9 @@ def ui_cmd(ctx: click.Context, host: str, port: int, token: str | None,
     except ImportError:
         raise click.ClickException("worldctl ui needs uvicorn: pip install "
                                    "'agent-worlds[envs]'") from None
-    from envs.gateway import is_loopback
     from worldctl.envs import check_port_free
     from worldctl.session import installed_packs, worlds
+    from worldenv.serving.gateway import is_loopback
 
     if not is_loopback(host) and not (token and token.strip()):
         raise ConfigError(f"refusing to serve the UI on {host!r} without a token: anyone who "

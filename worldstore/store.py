@@ -82,7 +82,7 @@ class NewDay(msgspec.Struct, frozen=True, kw_only=True):
 
 class EpisodeRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One stored episode: a few columns to find it by, and its body, which the store keeps
-    as opaque bytes (the environment layer's Episode as JSON; see envs.episodes_store)."""
+    as opaque bytes (the environment layer's Episode as JSON; see worldenv.instances.episodes)."""
 
     episode_id: str
     world_hash: str  # the snapshot the episode started from

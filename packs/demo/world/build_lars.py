@@ -1466,7 +1466,7 @@ def day7() -> None:
 def pin_shipped_apps() -> None:
     """Pin the exact code of the apps that serve the demo's services (the world hash
     covers it). Editing an app changes its digest: regenerate this file afterwards."""
-    from envs.apps import SHIPPED  # needs the project installed (its venv)
+    from worldenv.apps import SHIPPED  # needs the project installed (its venv)
 
     for service in sorted(SHIPPED):
         app = SHIPPED[service]
