@@ -57,9 +57,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +77,8 @@ from gates.rewards import (
     validate_awm_rollout,
 )
 from gates.task import SOLUTION_FILE, SPEC_FILE, VERIFIER_DIR, Task
-from replay.files import remove_tree
 from worldstore.errors import FolderError
-from worldstore.folders import kind_of, read_file
+from worldstore.folders import kind_of, read_file, staged_folder
 
 __all__ = [
     "AWM_SERVICE",
@@ -369,24 +366,12 @@ def _publish(dest: Path, spec: TaskSpec, files: dict[str, str]) -> Path:
     """Write the folder beside `dest`, then put it in place (replacing an earlier folder
     of the same task, never anything else)."""
     _check_target(dest, spec.task_id)
-    staging = Path(tempfile.mkdtemp(prefix=f".{spec.task_id}-", dir=dest.parent))
-    try:
+    with staged_folder(dest, "task folder", replacing=True) as staging:
         _write(staging / SPEC_FILE, to_json(spec).decode() + "\n")
         for rel, text in files.items():
             _write(staging / rel, text)
         for folder in (staging, staging / VERIFIER_DIR):
             folder.chmod(0o755)  # the verifier sandbox's user reads it as "other"
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old")
-            remove_tree(old)  # whatever is there, a link itself, never what it points to
-            os.rename(dest, old)
-            os.rename(staging, dest)
-            remove_tree(old)
-        else:
-            os.rename(staging, dest)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return dest
 
 

@@ -24,6 +24,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 OUT_DIR = BENCH_DIR / "out"
 WORK_DIR = OUT_DIR / "work"
+QUICK_EVENTS = 1_000  # a quick run's generated world: big enough to have every kind of event
 
 if str(REPO) not in sys.path:  # run as `python bench/x.py` from anywhere
     sys.path.insert(0, str(REPO))
@@ -54,9 +55,9 @@ class Report:
     data: dict[str, Any] = field(default_factory=dict)  # raw numbers (seconds, bytes...)
     notes: list[str] = field(default_factory=list)
 
-    def save(self) -> Path:
-        OUT_DIR.mkdir(parents=True, exist_ok=True)
-        path = OUT_DIR / f"{self.name}.json"
+    def save(self, folder: Path = OUT_DIR) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.name}.json"
         doc = {
             "name": self.name,
             "params": self.params,
@@ -196,7 +197,7 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "sqlite": apsw.sqlite_lib_version(),
-        "fs": fs_type(OUT_DIR if OUT_DIR.exists() else BENCH_DIR),
+        "fs": fs_type(_RUN.scratch if _RUN.scratch.exists() else BENCH_DIR),
     }
 
 
@@ -211,7 +212,7 @@ def world_file(events: int, payload: int, days: int = 10) -> Path:
     import genworld
 
     src = hashlib.sha256(Path(genworld.__file__).read_bytes()).hexdigest()[:10]
-    path = WORK_DIR / "worlds" / f"world-{events}-{payload}-{days}-{src}.jsonl"
+    path = _RUN.scratch / "worlds" / f"world-{events}-{payload}-{days}-{src}.jsonl"
     if not path.exists():
         for stale in path.parent.glob("world-*.jsonl"):
             if not stale.stem.endswith(src):  # made by an older generator
@@ -220,33 +221,92 @@ def world_file(events: int, payload: int, days: int = 10) -> Path:
     return path
 
 
-def emit(report: Report, *, quick: bool = False) -> None:
-    """Save the JSON and print the markdown. A quick run's worlds are smaller than the
-    targets are stated for, so its targets are shown but not judged."""
+def emit(report: Report, *, quick: bool | None = None) -> None:
+    """Save the JSON (where the run was told to) and print the markdown. A quick run's
+    sizes are smaller than the targets are stated for, so its targets are shown but not
+    judged."""
+    quick = _RUN.quick if quick is None else quick
     report.params["quick"] = quick
     if quick:
         for row in report.rows:
             if row.met is not None:
                 row.met = None
                 row.target += " (judged at full size)"
-    path = report.save()
     print(f"## {report.name}\n")
     print(report.markdown())
-    print(f"\n(results: {path.relative_to(REPO)})\n")
+    if _RUN.out is not None:
+        path = report.save(_RUN.out)
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        print(f"\n(results: {shown})\n")
+
+
+# --- the run: quick or full, where results and scratch files go ----------------------------
+
+
+@dataclass(slots=True)
+class _Run:
+    quick: bool = False
+    out: Path | None = OUT_DIR  # where the JSON goes; None: nowhere
+    scratch: Path = WORK_DIR  # stores, generated worlds, instances
+
+
+_RUN = _Run()
+
+
+def bench_parser(description: str, *, quick_help: str = "smoke run: tiny sizes, seconds, "
+                 "no figures judged, nothing written unless --out is given") -> Any:
+    """The command line every benchmark starts from: --quick and --out."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="folder for the results JSON (default: bench/out/ for a full run, "
+                         "none for a quick one)")
+    return ap
+
+
+def setup_run(a: Any) -> None:
+    """Set the run up from the parsed command line. A full run writes its JSON to
+    bench/out/ and keeps its scratch (generated worlds are cached there); a quick run
+    writes nothing into the checkout unless --out names a folder: its scratch is a
+    temporary folder, removed at exit."""
+    import atexit
+    import tempfile
+
+    _RUN.quick = bool(a.quick)
+    if a.quick:
+        _RUN.out = a.out
+        _RUN.scratch = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+        atexit.register(remove, _RUN.scratch)
+    else:
+        _RUN.out = a.out or OUT_DIR
+        _RUN.scratch = WORK_DIR
+
+
+def quick() -> bool:
+    return _RUN.quick
+
+
+def scratch_dir(name: str) -> Path:
+    """A fresh scratch folder for one part of a run."""
+    return fresh_dir(_RUN.scratch / name)
+
+
+def scratch_root() -> Path:
+    return _RUN.scratch
 
 
 def world_args(description: str, argv: list[str] | None, *, rounds: int) -> Any:
     """The command line shared by the world benchmarks: size, payload, rounds, --quick."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser(description)
     ap.add_argument("--events", type=int)
     ap.add_argument("--payload", type=int, default=640)
     ap.add_argument("--rounds", type=int)
     a = ap.parse_args(argv)
-    a.events = a.events or (5_000 if a.quick else 50_000)
-    a.rounds = a.rounds or (3 if a.quick else rounds)
+    setup_run(a)
+    a.events = a.events or (QUICK_EVENTS if a.quick else 50_000)
+    a.rounds = a.rounds or (1 if a.quick else rounds)
     return a
 
 

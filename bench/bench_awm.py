@@ -41,15 +41,16 @@ from typing import Any
 
 from _common import (
     REPO,
-    WORK_DIR,
     Report,
     Row,
+    bench_parser,
     emit,
     fmt_s,
-    fresh_dir,
     interleave,
     median,
     remove,
+    scratch_dir,
+    setup_run,
     spread,
 )
 
@@ -222,7 +223,7 @@ def make_store(work: Path, samples: Path) -> Path:
 
 
 def open_reset(store: Path, statements: list[str], code_file: Path, rounds: int,
-               starts: int) -> tuple[list[Row], dict[str, Any]]:
+               starts: int, *, warm: bool = True) -> tuple[list[Row], dict[str, Any]]:
     from replay.engine import Worlds
     from worldenv.instances.instance import Environment
 
@@ -275,7 +276,8 @@ def open_reset(store: Path, statements: list[str], code_file: Path, rounds: int,
     for v in steps.values():
         v.clear()
     scratch = worlds.cache.scratch()
-    awm_start(statements, code_file, scratch)  # warm-up: imports in the page cache
+    if warm:  # imports in the page cache
+        awm_start(statements, code_file, scratch)
     every = max(1, rounds // max(1, starts))
     times: list[float] = []
     episodes: list[float] = []
@@ -398,7 +400,7 @@ def call_latency(store: Path, n: int, rounds: int) -> tuple[list[Row], dict[str,
 
 
 def run(a: argparse.Namespace) -> Report:
-    work = fresh_dir(WORK_DIR / "awm")
+    work = scratch_dir("awm")
     report = Report("awm", {"rounds": a.rounds, "starts": a.starts, "calls": a.calls,
                             "scenario": SCENARIO, "samples": str(a.samples)})
     statements = awm_statements(a.samples)
@@ -406,12 +408,18 @@ def run(a: argparse.Namespace) -> Report:
     code_file.write_text(_scenario_line(a.samples, "gen_envs.jsonl")["full_code"],
                          encoding="utf-8")
     store = make_store(work, a.samples)
-    rows1, data1 = open_reset(store, statements, code_file, a.rounds, a.starts)
-    rows2, data2 = call_latency(store, a.calls, max(3, a.rounds // 3))
-    awm_http = asyncio.run(awm_calls(code_file, statements, work / "http", a.calls))
-    rows2.append(Row(B, "  AWM's own server, the same routes over streamable HTTP "
-                        "(FastMCP.from_fastapi; no recording): read / write",
-                     f"{fmt_s(awm_http[READ[0]])} / {fmt_s(awm_http[WRITE[0]])}"))
+    rows1, data1 = open_reset(store, statements, code_file, a.rounds, a.starts,
+                              warm=not a.quick)
+    rows2, data2 = call_latency(store, a.calls, 1 if a.quick else max(3, a.rounds // 3))
+    awm_http: dict[str, float] = {}
+    if a.quick:  # AWM's server start costs seconds of CPU: one, in open_reset, is enough
+        report.notes.append("quick run: no warm-up start of AWM's server and no HTTP calls "
+                            "to it")
+    else:
+        awm_http = asyncio.run(awm_calls(code_file, statements, work / "http", a.calls))
+        rows2.append(Row(B, "  AWM's own server, the same routes over streamable HTTP "
+                            "(FastMCP.from_fastapi; no recording): read / write",
+                         f"{fmt_s(awm_http[READ[0]])} / {fmt_s(awm_http[WRITE[0]])}"))
     report.rows += rows1 + rows2
     report.data = {"open_reset": data1, "calls": data2, "awm_http_s": awm_http}
     report.notes.append(
@@ -428,8 +436,7 @@ def run(a: argparse.Namespace) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="AWM adapter vs AWM's way")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser("AWM adapter vs AWM's way")
     ap.add_argument("--rounds", type=int, help="rounds of open + call + reset")
     ap.add_argument("--starts", type=int, help="AWM server starts")
     ap.add_argument("--calls", type=int, help="calls per contender and round")
@@ -440,10 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.serve_awm:
         return serve_awm(a.serve_awm, a.db, a.port)
-    a.rounds = a.rounds or (6 if a.quick else 30)
-    a.starts = a.starts or (2 if a.quick else 8)
-    a.calls = a.calls or (50 if a.quick else 300)
-    emit(run(a), quick=a.quick)
+    setup_run(a)
+    a.rounds = a.rounds or (2 if a.quick else 30)
+    a.starts = a.starts or (1 if a.quick else 8)
+    a.calls = a.calls or (5 if a.quick else 300)
+    emit(run(a))
     return 0
 
 

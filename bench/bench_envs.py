@@ -69,17 +69,18 @@ from typing import Any
 
 from _common import (
     REPO,
-    WORK_DIR,
     Report,
     Row,
+    bench_parser,
     emit,
     fmt_bytes,
     fmt_rate,
     fmt_s,
-    fresh_dir,
     interleave,
     median,
     remove,
+    scratch_dir,
+    setup_run,
     snapshot_files,
     spread,
     time_plain_copy,
@@ -246,8 +247,9 @@ def _args(tool: str, title: Callable[[], str]) -> dict[str, Any]:
     return {"note_id": NOTE} if tool == READ else {"note_id": NOTE, "title": title()}
 
 
-async def latency(store: Path, n_inproc: int, n_http: int, rounds: int
+async def latency(store: Path, n_inproc: int, n_http: int, rounds: int, *, http: bool = True
                   ) -> tuple[list[Row], dict[str, Any]]:
+    """`http`: with the paths over HTTP (three servers, each a process of its own)."""
     import apsw
     from fastmcp import Client
 
@@ -339,21 +341,20 @@ async def latency(store: Path, n_inproc: int, n_http: int, rounds: int
 
     try:
         ports = {k: free_port() for k in ("awm", "instance", "gateway")}
-        procs.append(start_server([str(AWM_SERVER), str(insts["awm"].mount.db_path("notes")),
-                                   str(ports["awm"])], ports["awm"]))
-        for kind in ("instance", "gateway"):
-            procs.append(start_server([__file__, "--serve", kind, "--port", str(ports[kind]),
-                                       "--store", str(store)], ports[kind]))
-        gateway_url = gateway_instance(ports["gateway"])
+        if http:
+            procs.append(start_server([str(AWM_SERVER),
+                                       str(insts["awm"].mount.db_path("notes")),
+                                       str(ports["awm"])], ports["awm"]))
+            for kind in ("instance", "gateway"):
+                procs.append(start_server([__file__, "--serve", kind, "--port",
+                                           str(ports[kind]), "--store", str(store)],
+                                          ports[kind]))
         async with AsyncExitStack() as stack:
             async def connect(target: Any) -> Client:
                 return await stack.enter_async_context(Client(target, timeout=120))
 
             memory = await connect(instance_server(insts["memory"]))
             memory_plain = await connect(direct)
-            http_awm = await connect(f"http://127.0.0.1:{ports['awm']}/mcp")
-            http_inst = await connect(f"http://127.0.0.1:{ports['instance']}/mcp")
-            http_gw = await connect(gateway_url)
             per_in, per_http = max(1, n_inproc // rounds), max(1, n_http // rounds)
             contenders = {
                 "raw": Contender("raw SQL (apsw, same statements)", in_thread(raw_sync),
@@ -367,14 +368,21 @@ async def latency(store: Path, n_inproc: int, n_http: int, rounds: int
                                           client_batch(memory_plain, _titles()), per_in),
                 "memory": Contender("in-memory MCP client: Client(instance_server(inst))",
                                     client_batch(memory, _titles()), per_in),
-                "http_awm": Contender("streamable HTTP: plain FastMCP server (AWM-style, "
-                                      "no recording)", client_batch(http_awm, _titles()),
-                                      per_http),
-                "http_inst": Contender("streamable HTTP: instance_server(inst).http_app()",
-                                       client_batch(http_inst, _titles()), per_http),
-                "http_gw": Contender("streamable HTTP: gateway (worldctl serve)",
-                                     client_batch(http_gw, _titles()), per_http),
             }
+            if http:
+                http_awm = await connect(f"http://127.0.0.1:{ports['awm']}/mcp")
+                http_inst = await connect(f"http://127.0.0.1:{ports['instance']}/mcp")
+                http_gw = await connect(gateway_instance(ports["gateway"]))
+                contenders |= {
+                    "http_awm": Contender("streamable HTTP: plain FastMCP server (AWM-style, "
+                                          "no recording)", client_batch(http_awm, _titles()),
+                                          per_http),
+                    "http_inst": Contender("streamable HTTP: instance_server(inst)"
+                                           ".http_app()", client_batch(http_inst, _titles()),
+                                           per_http),
+                    "http_gw": Contender("streamable HTTP: gateway (worldctl serve)",
+                                         client_batch(http_gw, _titles()), per_http),
+                }
             names = list(contenders)
             for r in range(rounds + 1):  # round 0: warm-up, discarded
                 shift = r % len(names)
@@ -469,7 +477,8 @@ def awm_start(db: Path, scratch: Path) -> tuple[float, int, int]:
         remove(scratch)
 
 
-def open_reset(store: Path, rounds: int, starts: int) -> tuple[list[Row], dict[str, Any]]:
+def open_reset(store: Path, rounds: int, starts: int, *, warm: bool = True
+               ) -> tuple[list[Row], dict[str, Any]]:
     from replay.engine import Worlds
     from worldenv.instances.instance import Environment
 
@@ -522,7 +531,8 @@ def open_reset(store: Path, rounds: int, starts: int) -> tuple[list[Row], dict[s
     times: dict[str, list[float]] = {k: [] for k in contenders}
     awm: list[tuple[float, int, int]] = []
     db = snapshot / "services" / "notes.sqlite"
-    awm_start(db, worlds.cache.scratch())  # warm-up: imports in the page cache
+    if warm:  # imports in the page cache
+        awm_start(db, worlds.cache.scratch())
     names = list(contenders)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
@@ -734,13 +744,17 @@ def many_rows(d: dict[str, Any], awm_rss: float) -> list[Row]:
 
 
 def run(a: argparse.Namespace) -> Report:
-    work = fresh_dir(WORK_DIR / "envs")
+    work = scratch_dir("envs")
     report = Report("envs", {"calls": a.calls, "http_calls": a.http_calls, "rounds": a.rounds,
                              "open_rounds": a.open_rounds, "starts": a.starts, "many": a.many,
                              "many_calls": a.many_calls, "world": REF})
     store = make_store(work)
-    rows1, data1 = asyncio.run(latency(store, a.calls, a.http_calls, a.rounds))
-    rows2, data2 = open_reset(store, a.open_rounds, a.starts)
+    rows1, data1 = asyncio.run(latency(store, a.calls, a.http_calls, a.rounds,
+                                       http=not a.quick))
+    if a.quick:
+        report.notes.append("quick run: no HTTP paths (their three servers are processes "
+                            "of their own)")
+    rows2, data2 = open_reset(store, a.open_rounds, a.starts, warm=not a.quick)
     out = subprocess.run(
         [sys.executable, __file__, "--many-child", str(a.many), "--many-calls",
          str(a.many_calls), "--store", str(store)],
@@ -783,9 +797,8 @@ def run(a: argparse.Namespace) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="tool-call latency by path, instance open + "
-                                             "reset, many concurrent instances")
-    ap.add_argument("--quick", action="store_true", help="small smoke run (< 30 s)")
+    ap = bench_parser("tool-call latency by path, instance open + reset, many concurrent "
+                      "instances")
     ap.add_argument("--calls", type=int, help="in-process calls per path and tool")
     ap.add_argument("--http-calls", type=int, help="HTTP calls per path and tool")
     ap.add_argument("--rounds", type=int, help="rounds the latency calls are split into")
@@ -804,13 +817,14 @@ def main(argv: list[str] | None = None) -> int:
         n = a.many_child
         print(json.dumps(many_child(a.store, n, a.many_calls, max(1, min(32, n // 8)))))
         return 0
-    a.calls = a.calls or (200 if a.quick else 2_000)
-    a.http_calls = a.http_calls or (40 if a.quick else 300)
-    a.rounds = a.rounds or (4 if a.quick else 10)
-    a.open_rounds = a.open_rounds or (6 if a.quick else 30)
-    a.starts = a.starts or (2 if a.quick else 10)
-    a.many = a.many or (64 if a.quick else 1_024)
-    emit(run(a), quick=a.quick)
+    setup_run(a)
+    a.calls = a.calls or (20 if a.quick else 2_000)
+    a.http_calls = a.http_calls or (4 if a.quick else 300)
+    a.rounds = a.rounds or (2 if a.quick else 10)
+    a.open_rounds = a.open_rounds or (2 if a.quick else 30)
+    a.starts = a.starts or (1 if a.quick else 10)
+    a.many = a.many or (8 if a.quick else 1_024)
+    emit(run(a))
     return 0
 
 

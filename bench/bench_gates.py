@@ -13,36 +13,46 @@ the work it cannot avoid, measured in the same run and interleaved with it:
 Overhead = check_task - (agents + verifier runs): opening instances for grading, saving
 episodes, hashing final worlds, re-deriving the probed worlds from their episodes, the
 gate logic. Reported per task (median over rounds) and as a share of the total.
+
+The store holds every world the demo pack ships. ``--quick`` is a smoke run: one task, one
+round, no warm-up.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from _common import REPO, Report, Row, fmt_s, interleave, median
+from _common import (
+    Report,
+    Row,
+    bench_parser,
+    emit,
+    fmt_s,
+    interleave,
+    median,
+    scratch_dir,
+    setup_run,
+)
 
-DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
-TASKS = REPO / "packs" / "demo" / "tasks"
 B = "gates"
 
 
-def run(rounds: int, only: int | None) -> Report:
+def run(rounds: int, only: int | None, *, warm: bool = True) -> Report:
     from gates.agents import scripted
     from gates.quality import GateRun, check_task
     from gates.rollout import SCRIPTED_SET, scripted_rollouts
     from gates.task import load_task
     from gates.verifier import run_verifier
+    from packs.registry import load_pack
     from replay.engine import Worlds
     from worldenv.instances.instance import Environment
 
-    tasks = [load_task(p) for p in sorted(TASKS.iterdir()) if p.is_dir()][:only]
-    store = Path(tempfile.mkdtemp(prefix="bench-gates-")) / "store"
-    worlds = Worlds.open(store)
-    worlds.import_file(DEMO)
+    pack = load_pack("demo")
+    tasks = [load_task(pack.task_dir(name)) for name in pack.tasks][:only]
+    work = scratch_dir(B)
+    worlds = Worlds.open(work / "store")
+    for log in pack.worlds:  # every world the pack's tasks start from
+        worlds.import_file(log)
     env = Environment(worlds)
     totals: dict[str, list[float]] = {"check": [], "agents": [], "verifier": []}
     per_task: dict[str, dict[str, list[float]]] = {}
@@ -76,13 +86,15 @@ def run(rounds: int, only: int | None) -> Report:
             run_verifier(task.verifier_dir, w0, w0, "", writable_verifier=True)
             return time.perf_counter() - t0
 
-        t_check(), t_agents(), t_verifier()  # warm-up
+        if warm:
+            t_check(), t_agents(), t_verifier()
         got = interleave({"check": t_check, "agents": t_agents, "verifier": t_verifier},
                          rounds)
         per_task[task.task_id] = got
         for k, v in got.items():
             totals[k].append(median(v))
 
+    env.close()
     worlds.close()
     rows = []
     for task_id, got in per_task.items():
@@ -110,14 +122,11 @@ def run(rounds: int, only: int | None) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="gate-runner overhead per task")
-    ap.add_argument("--quick", action="store_true", help="two tasks, two rounds")
+    ap = bench_parser("gate-runner overhead per task")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
-    report = run(2 if a.quick else a.rounds, 2 if a.quick else None)
-    path = report.save()
-    print(report.markdown())
-    print(f"\n(results: {path.relative_to(REPO)})", file=sys.stderr)
+    setup_run(a)
+    emit(run(1 if a.quick else a.rounds, 1 if a.quick else None, warm=not a.quick))
     return 0
 
 

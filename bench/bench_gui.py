@@ -44,7 +44,7 @@ page; ours renders every request from the instance's databases.
    page load, the PNG, the URL and title); the rest is recording and Python.
 
 2. **Memory per open GUI context**: N instances with one page each (``gui open`` of the
-   products page), N = 0, 1, 8, 32 (0, 1, 4 with ``--quick``); after a second to settle,
+   products page), N = 0, 1, 8, 32; after a second to settle,
    the PSS summed over the browser's process tree (every descendant of ``Browser.pid``,
    the bubblewrap process, found by walking ``/proc``; ``smaps_rollup``, RSS where it is
    unreadable), and the same for Playwright's browser (the descendants of its driver)
@@ -53,7 +53,7 @@ page; ours renders every request from the instance's databases.
 
 3. **Concurrent GUI instances**: first a control, one instance alone: each of the 12
    product links of ``/shop/products`` clicked by name (does the click reach the page
-   without load?). Then 32 threads (8 with ``--quick``), each opening its own instance and
+   without load?). Then 32 threads, each opening its own instance and
    doing: ``gui open`` (its first action), ``read``, a click on a product link (one the
    control reached), "Add to cart", "Products", ``gui open`` of a product of its own,
    "Add to cart", a screenshot, then checking that its cart holds the world's cart plus
@@ -65,7 +65,9 @@ page; ours renders every request from the instance's databases.
    from 1, and the browser's peak PSS (sampled every second).
 
 Needs Playwright (``pip install -e '.[bench]'``; its browsers are not downloaded:
-``playwright install`` is never needed, the system Chromium is launched).
+``playwright install`` is never needed, the system Chromium is launched). ``--quick`` is
+a smoke path without it: our browser's start and four actions on one instance, no
+baseline.
 
     .venv/bin/python bench/bench_gui.py [--quick] [--rounds R] [--starts S]
                                         [--threads T] [--contexts 1,8,32]
@@ -84,7 +86,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, median, remove, spread
+from _common import (
+    REPO,
+    Report,
+    Row,
+    bench_parser,
+    clock,
+    emit,
+    fmt_s,
+    median,
+    remove,
+    scratch_dir,
+    setup_run,
+    spread,
+)
 
 DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 REF = "lars@7"
@@ -1019,7 +1034,7 @@ def run(a: argparse.Namespace) -> Report:
     from worldenv.instances.instance import Environment
 
     executable = find_chromium()
-    work = fresh_dir(WORK_DIR / "gui")
+    work = scratch_dir("gui")
     report = Report(B, {"rounds": a.rounds, "starts": a.starts, "threads": a.threads,
                         "contexts": a.contexts, "world": REF, "chromium": executable,
                         "viewport": VIEWPORT})
@@ -1063,20 +1078,65 @@ def _playwright_version() -> str:
     return version("playwright")
 
 
+def run_quick() -> Report:
+    """The smoke path: ours only, one instance (no Playwright baseline, no memory or
+    concurrency parts): browser start, open the products page, click a product link, read,
+    screenshot, close. Fails (exit 1) when an action answers an error or the wrong page."""
+    from replay.engine import Worlds
+    from worldenv.gui.browser import Browser
+    from worldenv.instances.instance import Environment
+
+    work = scratch_dir("gui")
+    report = Report(B, {"world": REF, "viewport": VIEWPORT})
+    worlds = Worlds.open(work / "store")
+    worlds.import_file(DEMO)
+    t: dict[str, float] = {}
+    try:
+        browser = Browser(idle_s=0)
+        t["browser start"] = clock(browser.start)
+        env = Environment(worlds, browser=lambda: browser)
+        with env.open(REF) as inst:
+            steps: list[tuple[str, str, dict[str, Any]]] = [
+                ("open the products page", "open", {"url": LIST}),
+                ("click a product link", "click", {"name": PRODUCT_NAME, "role": "link"}),
+                ("read the page", "read", {}),
+                ("screenshot", "screenshot", {})]
+            for label, action, args in steps:
+                t0 = time.perf_counter()
+                got = inst.gui(action, args)
+                t[label] = time.perf_counter() - t0
+                if got.is_error:
+                    raise SystemExit(f"gui {action} {args}: {got.text[:200]}")
+            if inst.gui("read").url != PRODUCT:
+                raise SystemExit(f"the click on {PRODUCT_NAME!r} did not reach {PRODUCT}")
+        env.close()
+        browser.close()
+    finally:
+        worlds.close()
+    remove(work)
+    report.rows += [Row(B, f"{label}, one run (ours)", fmt_s(took)) for label, took in t.items()]
+    report.data = {"seconds": t}
+    report.notes.append("quick run: our actions on one instance only; no Playwright "
+                        "baseline, memory or concurrency parts")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="GUI actions against Playwright; memory; "
-                                             "concurrent GUI instances")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser("GUI actions against Playwright; memory; concurrent GUI instances")
     ap.add_argument("--rounds", type=int, help="interleaved latency rounds")
     ap.add_argument("--starts", type=int, help="interleaved browser starts")
     ap.add_argument("--threads", type=int, help="concurrent GUI instances")
     ap.add_argument("--contexts", help="page counts for memory, e.g. 1,8,32")
     a = ap.parse_args(argv)
-    a.rounds = a.rounds or (4 if a.quick else 30)
-    a.starts = a.starts or (2 if a.quick else 7)
-    a.threads = a.threads or (8 if a.quick else 32)
-    a.contexts = [int(x) for x in (a.contexts or ("1,4" if a.quick else "1,8,32")).split(",")]
-    emit(run(a), quick=a.quick)
+    setup_run(a)
+    if a.quick:
+        emit(run_quick())
+        return 0
+    a.rounds = a.rounds or 30
+    a.starts = a.starts or 7
+    a.threads = a.threads or 32
+    a.contexts = [int(x) for x in (a.contexts or "1,8,32").split(",")]
+    emit(run(a))
     return 0
 
 

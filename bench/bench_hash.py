@@ -17,16 +17,15 @@ from pathlib import Path
 
 import xxhash
 from _common import (
-    WORK_DIR,
     Report,
     Row,
     emit,
     fmt_bytes,
     fmt_s,
-    fresh_dir,
     interleave,
     median,
     remove,
+    scratch_dir,
     spread,
     world_args,
     world_file,
@@ -56,7 +55,7 @@ def xxh3_files(files: list[Path]) -> str:
 
 
 def run(events: int, payload: int, rounds: int) -> Report:
-    work = fresh_dir(WORK_DIR / "hash")
+    work = scratch_dir("hash")
     jsonl = world_file(events, payload)
     with Worlds.open(work / "store") as worlds:
         worlds.import_file(jsonl)

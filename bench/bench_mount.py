@@ -36,18 +36,20 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    WORK_DIR,
+    QUICK_EVENTS,
     Report,
     Row,
+    bench_parser,
     copy_files,
     emit,
     fmt_bytes,
     fmt_s,
-    fresh_dir,
     fs_type,
     interleave,
     median,
     remove,
+    scratch_dir,
+    setup_run,
     snapshot_files,
     spread,
     time_plain_copy,
@@ -290,7 +292,7 @@ def many_rows(d: dict[str, Any], world_bytes: int) -> tuple[list[Row], list[str]
 
 
 def run(small_events: int, big_events: int, payload: int, rounds: int, n_many: int) -> Report:
-    work = fresh_dir(WORK_DIR / "mount")
+    work = scratch_dir("mount")
     report = Report("mount", {"small_events": small_events, "big_events": big_events,
                               "payload": payload, "rounds": rounds, "many": n_many})
     rows_small, data_small = bench_world("small", small_events, payload, rounds, work)
@@ -320,8 +322,7 @@ def run(small_events: int, big_events: int, payload: int, rounds: int, n_many: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="mount+reset latency vs plain copy; many mounts")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser("mount+reset latency vs plain copy; many mounts")
     ap.add_argument("--payload", type=int, default=640)
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--many", type=int, help="how many mounts to keep open at once")
@@ -331,10 +332,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.many_child is not None:
         print(json.dumps(many_mounts(a.store, a.many_child)))
         return 0
-    small, big = (1_500, 5_000) if a.quick else (SMALL_EVENTS, BIG_EVENTS)
-    rounds = a.rounds or (3 if a.quick else 15)
-    n_many = a.many or (50 if a.quick else 1_000)
-    emit(run(small, big, a.payload, rounds, n_many), quick=a.quick)
+    setup_run(a)
+    small, big = (QUICK_EVENTS // 2, QUICK_EVENTS) if a.quick else (SMALL_EVENTS, BIG_EVENTS)
+    rounds = a.rounds or (1 if a.quick else 15)
+    n_many = a.many or (5 if a.quick else 1_000)
+    emit(run(small, big, a.payload, rounds, n_many))
     return 0
 
 

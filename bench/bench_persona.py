@@ -2,9 +2,9 @@
 
 Contenders, interleaved round by round, medians reported:
 
-* **a day implemented** (``synth.implement.implement_day`` on a fresh store holding the
+* **a day implemented** (``synth.worlds.implement.implement_day`` on a fresh store holding the
   persona's day 0): the implementer's 8 calls on a live instance (the model's answers
-  from the run's recordings, so no model time), the episode made a day, its re-execution
+  from recordings, so no model time), the episode made a day, its re-execution
   on a fresh instance, the five layers on the candidate in a scratch store (the reviewer
   answered from the recordings) and the append. Baseline: importing the same day's lines
   into the same store (what appending the day costs when nothing is checked). The
@@ -21,63 +21,57 @@ Contenders, interleaved round by round, medians reported:
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import io
-import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
 from _common import (
-    REPO,
-    WORK_DIR,
+    BENCH_DIR,
     Report,
     Row,
+    bench_parser,
     emit,
     fmt_s,
-    fresh_dir,
     interleave,
     median,
     remove,
+    scratch_dir,
+    setup_run,
     spread,
 )
 
-sys.path.insert(0, str(REPO / "tests"))
-
 B = "persona"
+# The model's answers (persona astrid accepted, day 1 implemented and reviewed) and the
+# day's plan, recorded once by examples/recorded/record.py: a run replays them offline.
+FIXTURE = BENCH_DIR / "fixtures" / "persona"
+MODEL = "openai/loopback"
 
 
-def _module(name: str) -> ModuleType:
-    path = REPO / "tests" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def replay_settings() -> Any:
+    from synth.runs import Settings
+
+    return Settings(model=MODEL, mode="replay", recordings=FIXTURE / "recordings")
 
 
 class Days:
     """One run folder (the persona accepted once); a fresh store per round."""
 
-    def __init__(self, work: Path, server_url: str) -> None:
-        import synth.implement as implement
-        from synth.personas import BibleOut
-        from synth.plans import PlanOut
-        from synth.runs import Settings, open_run, synth_persona
+    def __init__(self, work: Path, settings: Any) -> None:
+        import synth.worlds.implement as implement
+        from synth.runs import open_run, synth_persona
+        from synth.worlds.personas import BibleOut
+        from synth.worlds.plans import PlanOut
 
         self.work = work
-        tests = _module("test_synth_implement")
-        self.settings = Settings(model="openai/loopback", api_base=server_url, api_key="x")
+        self.settings = settings
         self.run_dir = work / "run"
         report = synth_persona(self.run_dir, self.settings, "astrid")
         assert report["status"] == "accepted", report
         self.bible = msgspec.json.decode(
             (self.run_dir / "personas" / "astrid" / "bible.json").read_bytes(), type=BibleOut)
-        self.plan = msgspec.convert(tests.PLAN1, PlanOut)
+        self.plan = msgspec.json.decode((FIXTURE / "plan.json").read_bytes(), type=PlanOut)
         _, self.ctx = open_run(self.run_dir, self.settings)
         implement.REEXECUTION_GAP_S = 0.0  # see the module docstring
         self.lines: bytes = b""
@@ -85,7 +79,7 @@ class Days:
 
     def _store(self) -> Any:
         from replay.engine import Worlds
-        from synth.setup import setup_lines
+        from synth.worlds.setup import setup_lines
 
         self.n += 1
         worlds = Worlds.open(self.work / f"store-{self.n}", self.work / "cache")
@@ -93,7 +87,7 @@ class Days:
         return worlds
 
     def implement(self) -> float:
-        from synth.implement import implement_day
+        from synth.worlds.implement import implement_day
 
         worlds = self._store()
         try:
@@ -120,9 +114,9 @@ class Days:
             worlds.close()
 
     def candidate(self) -> float:
-        from synth.days import EpisodeDay
-        from synth.implement import _plan_text, validate_candidate
-        from synth.reviewer import LLMReviewer
+        from synth.worlds.days import EpisodeDay
+        from synth.worlds.implement import _plan_text, validate_candidate
+        from synth.worlds.reviewer import LLMReviewer
 
         worlds = self._store()
         try:
@@ -137,9 +131,9 @@ class Days:
             worlds.close()
 
     def stored(self) -> float:
-        from synth.implement import _plan_text
-        from synth.reviewer import LLMReviewer
-        from synth.validate_day import validate_day
+        from synth.worlds.implement import _plan_text
+        from synth.worlds.reviewer import LLMReviewer
+        from synth.worlds.validate_day import validate_day
         from worldenv.instances.instance import Environment
 
         worlds = self._store()
@@ -176,7 +170,7 @@ class Claims:
         return scope
 
     def decide(self) -> float:
-        from synth.tasks import _least_similar
+        from synth.worlds.tasks import _least_similar
 
         scope = self._filled()
         candidates: list[Any] = [(object(), self._vector(100 + k)) for k in range(3)]
@@ -198,24 +192,17 @@ class Claims:
         return time.perf_counter() - t0
 
 
-def run(rounds: int) -> Report:
-    from llm_server import serving
-
-    work = fresh_dir(WORK_DIR / "persona")
-    tests = _module("test_synth_implement")
-    # The implementer is right the first time here: the fixed day-1 answers for every call.
-    rules = [{"when": {"any_contains": tests.IMPLEMENT},
-              "reply": {"tool_calls": tests.DAY1_FIXED}},
-             *(r for r in tests._rules() if tests.IMPLEMENT not in str(r["when"]))]
+def run(rounds: int, *, warm: bool = True) -> Report:
+    work = scratch_dir("persona")
     report = Report(B, {"rounds": rounds, "persona": "astrid (chat, notes)",
                         "day": "8 calls: 4 SQL, 1 tool, 1 shell, 2 begin"})
-    with serving(rules) as server:
-        days = Days(work, server.url)
-        days.implement()  # warm-up: records the model's answers; later rounds replay them
+    days = Days(work, replay_settings())
+    days.implement()  # the day's lines, which the import contender needs
+    claims = Claims(work)
+    if warm:
         days.candidate()
         days.stored()
-    claims = Claims(work)
-    claims.decide()
+        claims.decide()
     times = interleave({"implement": days.implement, "import": days.import_day,
                         "candidate": days.candidate, "stored": days.stored,
                         "decide": claims.decide, "read": claims.read}, rounds)
@@ -241,13 +228,13 @@ def run(rounds: int) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="persona-world synthesis outside the model")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser("persona-world synthesis outside the model")
     ap.add_argument("--rounds", type=int, help="timed rounds (after one warm-up round)")
     a = ap.parse_args(argv)
-    a.rounds = a.rounds or (2 if a.quick else 7)
-    report = run(a.rounds)
-    emit(report, quick=a.quick)
+    setup_run(a)
+    a.rounds = a.rounds or (1 if a.quick else 7)
+    report = run(a.rounds, warm=not a.quick)
+    emit(report)
     return 0
 
 

@@ -36,7 +36,6 @@ from typing import Any
 
 import genworld
 from _common import (
-    WORK_DIR,
     Report,
     Row,
     emit,
@@ -47,6 +46,8 @@ from _common import (
     interleave,
     median,
     remove,
+    scratch_dir,
+    scratch_root,
     spread,
     tree_bytes,
     world_args,
@@ -191,13 +192,19 @@ REALISTIC_DAYS = 20
 WILDAWM_DAY0_SHARE = 0.8
 
 
+# Day 0 of the realistic shape creates its 60 tables among its events: fewer events than
+# this over 20 days leave tables uncreated.
+REALISTIC_MIN_EVENTS = 2_400
+
+
 def realistic_world_file(events: int, payload: int, day0_share: float = 0.0) -> Path:
     """A realistic world's interchange file (generated once per generator version)."""
     import hashlib
 
+    events = max(events, REALISTIC_MIN_EVENTS)
     src = hashlib.sha256(Path(genworld.__file__).read_bytes()).hexdigest()[:10]
     name = f"realistic-{events}-{payload}-{REALISTIC_DAYS}-{day0_share}-{src}.jsonl"
-    path = WORK_DIR / "worlds" / name
+    path = scratch_root() / "worlds" / name
     if not path.exists():
         for stale in path.parent.glob("realistic-*.jsonl"):
             if not stale.stem.endswith(src):
@@ -231,7 +238,7 @@ def run(events: int, payload: int, rounds: int, import_rounds: int) -> Report:
 def run_world(report: Report, jsonl: Path, label: str, rounds: int, import_rounds: int,
               *, judged: bool) -> None:
     """Time one world's replay against raw sqlite3; add its rows to `report`."""
-    work = fresh_dir(WORK_DIR / "replay")
+    work = scratch_dir("replay")
     ops = parse_statements(jsonl)
     n_events = len(ops)
 

@@ -9,8 +9,8 @@
    ``WorldAgentLoopWorker`` over it for ours: every rollout put into a real TransferQueue
    on a local Ray cluster) with the same scripted server and the same local tokenizer.
    Each is timed on a 1-turn and a 21-turn trajectory, interleaved round by round; the
-   per-turn cost is (t21 - t1) / 20, so the fixed costs (our instance and grading, their
-   prompt) cancel out. Target <= 1.5x.
+   per-turn cost is (t21 - t1) / 20, so the fixed costs (our instance
+   and grading, their prompt) cancel out. Target <= 1.5x.
 2. **1,024 concurrent trajectories** (64 task prompts x G = 16, the demo pack's tasks
    cycled) through one V1 worker into TransferQueue, instances pre-fetched: errors
    (rollouts lost), trajectories per second, p50/p99 of an environment step (one tool
@@ -23,60 +23,70 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, interleave, median
-
-sys.path.insert(0, str(REPO / "tests"))  # the local tokenizer builder the tests use
+from _common import (
+    REPO,
+    Report,
+    Row,
+    bench_parser,
+    emit,
+    fmt_s,
+    interleave,
+    median,
+    scratch_dir,
+    setup_run,
+)
 
 B = "rl"
 READ = ("chat_list_users", {})
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = bench_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--trajectories", type=int, default=None)
     ap.add_argument("--model-ms", type=float, default=50.0)
     a = ap.parse_args(argv)
-    rounds = a.rounds or (3 if a.quick else 7)
-    count = a.trajectories or (64 if a.quick else 1024)
-    work = fresh_dir(WORK_DIR / B)
+    setup_run(a)
+    rounds = a.rounds or (1 if a.quick else 7)
+    count = a.trajectories or (4 if a.quick else 1024)
+    work = scratch_dir(B)
     setup = _setup(work)
     report = Report(B, {"rounds": rounds, "trajectories": count, "model_ms": a.model_ms})
-    from rl_v1_harness import transfer_queue_cluster  # the tests' cluster, the same here
+    if a.quick:  # a smoke path: no Ray cluster (its start alone takes most of a minute)
+        _prefetch(report, setup, count)
+    else:
+        from rl.local_cluster import transfer_queue_cluster
 
-    with transfer_queue_cluster():
-        _per_turn(report, setup, rounds)
-        _concurrent(report, setup, count, a.model_ms)
-    emit(report, quick=a.quick)
+        with transfer_queue_cluster():
+            _per_turn(report, setup, rounds)
+            _concurrent(report, setup, count, a.model_ms)
+    emit(report)
 
 
 # --- set-up -----------------------------------------------------------------------------
 
 
 def _setup(work: Path) -> dict[str, Any]:
-    from rl_tokenizer import tiny_tokenizer
     from transformers import Qwen2Config
 
     from packs.registry import load_pack
     from replay import Worlds
+    from rl.tiny_model import tiny_tokenizer
 
     store = work / "store"
     worlds = Worlds.open(store)
     for log in load_pack("demo").worlds:  # every world the pack's tasks start from
         worlds.import_file(log)
     worlds.close()
-    os.environ["AGENT_WORLDS_STORE"] = str(store)
+    os.environ["WORLDCTL_STORE"] = str(store)
     model = work / "model"
     tokenizer = tiny_tokenizer(model)
     Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
@@ -241,7 +251,7 @@ def _collect(batch: Any) -> list[dict[str, Any]]:
 # --- 1. per-turn overhead ----------------------------------------------------------------
 
 
-def _per_turn(report: Report, setup: dict[str, Any], rounds: int) -> None:
+def _per_turn(report: Report, setup: dict[str, Any], rounds: int, *, turns: int = 21) -> None:
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     from rl.verl_manager import WorldAgentLoopWorker
@@ -269,15 +279,15 @@ def _per_turn(report: Report, setup: dict[str, Any], rounds: int) -> None:
     run("agent_worlds", 1, heavy)
     times = interleave({
         "ours_1": lambda: run("agent_worlds", 1, worker),
-        "ours_21": lambda: run("agent_worlds", 21, worker),
+        f"ours_{turns}": lambda: run("agent_worlds", turns, worker),
         "full_1": lambda: run("agent_worlds", 1, heavy),
-        "full_21": lambda: run("agent_worlds", 21, heavy),
+        f"full_{turns}": lambda: run("agent_worlds", turns, heavy),
         "verl_1": lambda: run("tool_agent", 1, verl_worker),
-        "verl_21": lambda: run("tool_agent", 21, verl_worker)},
+        f"verl_{turns}": lambda: run("tool_agent", turns, verl_worker)},
         rounds)
 
     def per_turn(name: str) -> float:
-        return (median(times[f"{name}_21"]) - median(times[f"{name}_1"])) / 20
+        return (median(times[f"{name}_{turns}"]) - median(times[f"{name}_1"])) / (turns - 1)
 
     ours, full, verl = per_turn("ours"), per_turn("full"), per_turn("verl")
     report.rows += [
@@ -301,6 +311,35 @@ def _tok(setup: dict[str, Any]) -> Any:
 
 
 # --- 2 and 3. a batch of concurrent trajectories -------------------------------------------
+
+
+def _prefetch(report: Report, setup: dict[str, Any], count: int) -> None:
+    """The quick run's smoke path: what the full run prepares (the store with every world
+    of the pack, the tokenizer, the model's config, verl's tools from the world's schemas,
+    verl's composed config, the dataset's rows) and one pre-fetch of `count` instances;
+    no Ray cluster, no worker, no trajectory."""
+    import msgspec
+
+    from gates.task import load_task
+    from packs.registry import load_pack
+    from rl.contract import RowInfo
+    from rl.world import runtime
+
+    _config(setup, "actor_rollout_ref.rollout.n=1")
+    rows = _rows(count)
+    world = runtime(str(setup["store"]))
+    pack = load_pack("demo")
+    tasks = [load_task(pack.task_dir(msgspec.convert(r["extra_info"], RowInfo).task_id))
+             for r in rows]
+    t0 = time.perf_counter()
+    asyncio.run(world.prefetch(tasks))
+    prepare = time.perf_counter() - t0
+    world.close()
+    report.rows.append(Row(B, f"instance preparation for {count} (pre-fetch, no model)",
+                           fmt_s(prepare), "", "", "", None))
+    report.data["prefetch"] = {"seconds": prepare, "opened": world.opened}
+    report.notes.append("quick run: set-up and one pre-fetch only; the per-turn and "
+                        "concurrent measures need a local Ray cluster (full run)")
 
 
 def _concurrent(report: Report, setup: dict[str, Any], count: int, model_ms: float) -> None:

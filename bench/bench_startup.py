@@ -13,13 +13,23 @@ Targets: ``--help`` and ``--version`` <= 4x the bare interpreter (click alone is
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, interleave, median
+from _common import (
+    REPO,
+    Report,
+    Row,
+    bench_parser,
+    emit,
+    fmt_s,
+    interleave,
+    median,
+    scratch_dir,
+    setup_run,
+)
 from _common import spread as spread_of
 
 WORLDCTL = Path(sys.executable).parent / "worldctl"
@@ -34,12 +44,12 @@ def timed(argv: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int)
     a = ap.parse_args(argv)
-    rounds = a.rounds or (5 if a.quick else 21)
-    store = fresh_dir(WORK_DIR / "startup") / "store"
+    setup_run(a)
+    rounds = a.rounds or (1 if a.quick else 21)
+    store = scratch_dir("startup") / "store"
     subprocess.run([str(WORLDCTL), "--store", str(store), "import", str(DEMO)], check=True,
                    capture_output=True)
     python = sys.executable
@@ -51,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         "--version": [str(WORLDCTL), "--version"],
         "personas": [str(WORLDCTL), "--store", str(store), "personas"],
     }
-    for command in commands.values():  # warm the page cache and .pyc files first
+    for command in commands.values() if not a.quick else ():  # warm page cache and .pyc
         timed(command)
     times = interleave({name: (lambda c=c: timed(c)) for name, c in commands.items()},
                        rounds)
@@ -72,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                           median(t) / base} for name, t in times.items()}
     report.notes.append(f"baseline python -c pass: median {fmt_s(base)} "
                         f"({spread_of(times['python -c pass'])} s)")
-    emit(report, quick=a.quick)
+    emit(report)
 
 
 if __name__ == "__main__":

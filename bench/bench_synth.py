@@ -3,8 +3,9 @@ way of checking a generated server.
 
     .venv/bin/python bench/bench_synth.py [--quick] [--rounds R]
 
-On the scripted scenario ``library_loans`` (``tests/synth_script.py``: the accepted
-outputs TABLES_OK, DATA_OK, SPEC, CODE_OK, BORROW_OK, RETURN_OK; no model is called),
+On the scenario ``library_loans`` of the shipped recorded run (``examples/recorded/synth``:
+its accepted outputs of the schema, data, spec, code and verifier stages; no model is
+called),
 everything synthesis does to check the environment once the model's outputs are known.
 As in a run, every round's environment goes to the run's one store and snapshot cache
 (opened per scenario, as the pipeline does), each round a scenario of its own
@@ -36,16 +37,26 @@ no counterpart in AWM's check, which runs no verifier). Target: ours <= 1/10 of 
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
-from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, median, remove, spread
+from _common import (
+    REPO,
+    Report,
+    Row,
+    bench_parser,
+    emit,
+    fmt_s,
+    median,
+    remove,
+    scratch_dir,
+    setup_run,
+    spread,
+)
 
 B = "synth"
 TARGET_RATIO = 0.1
@@ -59,13 +70,34 @@ LABELS = {
 }
 
 
-def _script() -> ModuleType:
-    path = REPO / "tests" / "synth_script.py"
-    spec = importlib.util.spec_from_file_location("synth_script", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+RECORDED_RUN = REPO / "examples" / "recorded" / "synth"
+
+
+def _script() -> SimpleNamespace:
+    """The scenario and the model's accepted outputs of the shipped recorded synthesis run
+    (``examples/recorded/synth``, library_loans): what synthesis validates once the model
+    has answered. A task's verifier is its last revision."""
+    import json
+
+    outputs: dict[tuple[str, str], Any] = {}
+    revisions: dict[str, tuple[str, Any]] = {}
+    for path in sorted((RECORDED_RUN / "outputs").glob("*/*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if doc["stage"] == "verifier":
+            task, _, revision = doc["subject"].partition("/")
+            if task not in revisions or revision > revisions[task][0]:
+                revisions[task] = (revision, doc["output"])
+        else:
+            outputs[doc["stage"], doc["subject"]] = doc["output"]
+    inputs = sorted((RECORDED_RUN / "inputs").glob("scenarios-*.jsonl"))
+    scenario = json.loads(inputs[0].read_text(encoding="utf-8").splitlines()[0])
+    name = scenario["name"]
+    return SimpleNamespace(
+        SCENARIO={"name": name, "description": scenario["description"]},
+        TASKS=outputs["tasks", name]["tasks"], TABLES_OK=outputs["schema", name]["tables"],
+        DATA_OK=outputs["data", name]["inserts"], SPEC=outputs["spec", name]["tools"],
+        CODE_OK=outputs["code", name]["code"],
+        VERIFIERS=[revisions[task][1] for task in sorted(revisions)])
 
 
 PROBE: dict[str, list[float]] = {}
@@ -120,14 +152,14 @@ class Ours:
 
         import msgspec
 
-        from synth.appgen import SMOKE_LIMITS
+        from synth.environments.appgen import SMOKE_LIMITS
 
         self.limits = SMOKE_LIMITS if spare else dataclasses.replace(SMOKE_LIMITS, spares=0)
 
         from awmbridge.world import persona_for
-        from synth.appgen import CodeOut, SpecOut
-        from synth.database import DataOut, ScenarioSpec, SchemaOut
-        from synth.verifiers import VerifierOut
+        from synth.environments.appgen import CodeOut, SpecOut
+        from synth.environments.database import DataOut, ScenarioSpec, SchemaOut
+        from synth.environments.verifiers import VerifierOut
 
         s = _script()
         self.work = work
@@ -140,8 +172,7 @@ class Ours:
         self.data = msgspec.convert({"inserts": s.DATA_OK}, type=DataOut)
         self.api = msgspec.convert({"tools": s.SPEC}, type=SpecOut)
         self.code = CodeOut(s.CODE_OK)
-        self.verifiers = [msgspec.convert(v, type=VerifierOut)
-                          for v in (s.BORROW_OK, s.RETURN_OK)]
+        self.verifiers = [msgspec.convert(v, type=VerifierOut) for v in s.VERIFIERS]
         self.rounds = 0
         self.checks: list[dict[str, Any]] = []
         self.probes: list[dict[str, list[float]]] = []
@@ -160,9 +191,15 @@ class Ours:
         from awmbridge.importer import import_day0
         from awmbridge.world import AWM_SERVICE
         from replay.engine import Worlds
-        from synth.appgen import APP_VERSION, CodeStage, app_name
-        from synth.database import DataStage, ScenarioSpec, SchemaStage, day0, scenario_files
-        from synth.verifiers import TaskRef, check_task_folder, write_task_folder
+        from synth.environments.appgen import APP_VERSION, CodeStage, app_name
+        from synth.environments.database import (
+            DataStage,
+            ScenarioSpec,
+            SchemaStage,
+            day0,
+            scenario_files,
+        )
+        from synth.environments.verifiers import TaskRef, check_task_folder, write_task_folder
         from worldenv.instances.instance import Environment
         from worldenv.sandbox.workers import WorkerPool
 
@@ -287,7 +324,7 @@ class Awm:
 
 
 def run(rounds: int) -> Report:
-    work = fresh_dir(WORK_DIR / "synth")
+    work = scratch_dir("synth")
     report = Report(B, {"rounds": rounds, "scenario": "library_loans",
                         "baseline": "bench_awm.awm_start on content_platform_1"})
     ours, cold, awm = (Ours(work / "ours", spare=True), Ours(work / "cold", spare=False),
@@ -356,7 +393,7 @@ def run(rounds: int) -> Report:
         f"{spread(col('cold', 'total'))}; AWM {spread(col('awm', 'total'))}. Rounds "
         "interleaved (order rotated), one warm-up round discarded.")
     report.notes.append(
-        "The spare worker (synth.appgen.SMOKE_LIMITS: spares=1) is a sandboxed worker "
+        "The spare worker (synth.environments.appgen.SMOKE_LIMITS: spares=1) is a sandboxed worker "
         "process started ahead of need, its imports done and no code loaded; taking it "
         "starts its replacement in the background. In a run that start overlaps the "
         f"model's time (the bench waits {SPARE_WAIT_S:g} s for it after each validation); "
@@ -394,16 +431,30 @@ def run(rounds: int) -> Report:
     return report
 
 
+def run_quick() -> Report:
+    """The smoke path: one validation of the environment (a spare worker, as in a run),
+    no warm-up, no baseline (AWM's server start alone takes seconds), nothing judged."""
+    work = scratch_dir("synth")
+    ours = Ours(work / "ours", spare=True)
+    got = ours.once()
+    remove(work)
+    report = Report(B, {"rounds": 1, "scenario": "library_loans", "baseline": None})
+    report.rows += [Row(B, f"{LABELS[p]}, one run", fmt_s(got[p])) for p in PARTS]
+    report.rows.append(Row(B, "total validation of one environment, (a)+(b)+(c)",
+                           fmt_s(got["total"])))
+    report.data = {"ours_s": [got], "checks": ours.checks}
+    report.notes.append("quick run: one validation, no warm-up and no AWM baseline")
+    if not clean(ours.checks[0]):
+        raise RuntimeError(f"the environment's validation failed: {ours.checks[0]}")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="synthesis validation vs AWM's server check")
-    ap.add_argument("--quick", action="store_true", help="small smoke run")
+    ap = bench_parser("synthesis validation vs AWM's server check")
     ap.add_argument("--rounds", type=int, help="timed rounds (after one warm-up round)")
     a = ap.parse_args(argv)
-    a.rounds = a.rounds or (3 if a.quick else 5)
-    report = run(a.rounds)
-    # --quick only runs fewer rounds on the same environment: its targets are judged too
-    report.params["fewer_rounds"] = a.quick
-    emit(report)
+    setup_run(a)
+    emit(run_quick() if a.quick else run(a.rounds or 5))
     return 0
 
 

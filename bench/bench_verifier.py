@@ -45,7 +45,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, WORK_DIR, Report, Row, emit, fmt_s, fresh_dir, median, remove, spread
+from _common import (
+    REPO,
+    Report,
+    Row,
+    bench_parser,
+    emit,
+    fmt_s,
+    median,
+    remove,
+    scratch_dir,
+    setup_run,
+    spread,
+)
 
 DEMO = REPO / "packs" / "demo" / "world" / "lars.jsonl"
 REF = "lars@7"
@@ -225,9 +237,9 @@ def bare_python() -> float:
 def run(a: argparse.Namespace) -> Report:
     from gates.verifier import run_verifier
     from gates.verifier_server import close_servers, jobs_served
-    from worldenv.sandbox import default_sandbox
+    from worldenv.sandbox.choice import default_sandbox
 
-    work = fresh_dir(WORK_DIR / "verifier")
+    work = scratch_dir("verifier")
     report = Report(B, {"rounds": a.rounds, "world": REF, "scripts": len(SCRIPTS),
                         "checks": N_CHECKS})
     worlds, w0, w = make_worlds(work)
@@ -369,12 +381,12 @@ def run(a: argparse.Namespace) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="verifier time per rollout in the sandbox")
-    ap.add_argument("--quick", action="store_true", help="small smoke run (a few seconds)")
+    ap = bench_parser("verifier time per rollout in the sandbox")
     ap.add_argument("--rounds", type=int, help="interleaved rounds")
     a = ap.parse_args(argv)
-    a.rounds = a.rounds or (5 if a.quick else 30)
-    emit(run(a), quick=a.quick)
+    setup_run(a)
+    a.rounds = a.rounds or (2 if a.quick else 30)
+    emit(run(a))
     return 0
 
 

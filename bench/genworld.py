@@ -33,6 +33,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from worldstore.folders import writing_file
+
 SEED = 1234
 PERSONA = "bench"
 START = datetime(2026, 1, 5, 7, 0, 0, tzinfo=UTC)
@@ -368,13 +370,11 @@ def write_world(path: Path, p: Params = Params()) -> int:
     """Write the interchange file; return the number of events."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with writing_file(path) as fh:
         for obj in (generate_realistic(p) if p.realistic else generate(p)):
-            fh.write(json.dumps(obj, separators=(",", ":")))
-            fh.write("\n")
+            fh.write(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+            fh.write(b"\n")
             count += 1
-    tmp.replace(path)
     return count
 
 

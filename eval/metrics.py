@@ -1,4 +1,4 @@
-"""The metrics of an evaluation run (issue 11): the ``metrics`` object of ``results.json``,
+"""The metrics of an evaluation run: the ``metrics`` object of ``results.json``,
 computed from the run's ``TaskResult``\\ s, and the paired bootstrap ``compare`` uses.
 
 Pure functions: no I/O, no clock, no randomness but the seeded PRNG of ``bootstrap_delta``.
@@ -44,6 +44,14 @@ Definitions (N trials over T tasks; task i has n_i trials of which c_i succeeded
   resamples of the task indices with replacement (``random.Random(seed)``), each giving the
   mean of b_i - a_i; [low, high] are the nearest-rank (1 - level)/2 and (1 + level)/2
   quantiles of those means; ``noise`` is low <= 0 <= high.
+- ``delta_verdict(a, b, result)``: "noise" when the interval contains 0; else "too few
+  tasks for a verdict (n=...)" when fewer than ``min_tasks(level)`` paired tasks differ
+  (b_i != a_i); else "better" or "worse" by the sign of delta. ``min_tasks(level)`` is the
+  smallest m with ``2 * 2**-m <= 1 - level`` (6 at level 0.95): with fewer differing
+  tasks not even a sign test, whose p-value is smallest when every one of them moves
+  the same way, can reach the level, so a bootstrap interval that excludes 0 is an
+  artefact of resampling a handful of values (with 3 tasks it has only 10 distinct
+  resamples, and its interval collapses to a point when all three move alike).
 """
 
 from __future__ import annotations
@@ -348,6 +356,32 @@ def bootstrap_delta(a: Sequence[float], b: Sequence[float], *, samples: int = 20
             "samples": samples, "tasks": count}
 
 
+def min_tasks(level: float = 0.95) -> int:
+    """The fewest differing paired tasks with which a two-sided sign test can reach
+    ``level``: the smallest m with 2 * 2**-m <= 1 - level."""
+    if not 0 < level < 1:
+        raise EvalError(f"level = {level} is outside (0, 1)")
+    m = 1
+    while 2 * Fraction(1, 2 ** m) > 1 - Fraction(level):
+        m += 1
+    return m
+
+
+def delta_verdict(a: Sequence[float], b: Sequence[float], result: Mapping[str, Any]) -> str:
+    """The verdict on ``bootstrap_delta(a, b)``'s `result`: "noise" (the interval contains
+    0), "too few tasks for a verdict (n=N)" when the interval excludes 0 but fewer than
+    ``min_tasks`` of the paired tasks differ between the runs, else "better" or "worse"."""
+    diffs = _paired_differences(a, b)
+    if result["noise"]:
+        return "noise"
+    differing = sum(1 for d in diffs if d != 0)
+    if differing < min_tasks(float(result["level"])):
+        shown = f"n={len(diffs)}" if differing == len(diffs) else (
+            f"n={len(diffs)}, {differing} differ")
+        return f"too few tasks for a verdict ({shown})"
+    return "better" if float(result["delta"]) > 0 else "worse"
+
+
 def _paired_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
     if len(a) != len(b):
         raise EvalError(f"{len(a)} tasks against {len(b)}: a paired bootstrap needs the "
@@ -364,7 +398,9 @@ def _paired_differences(a: Sequence[float], b: Sequence[float]) -> list[float]:
 __all__ = [
     "bootstrap_delta",
     "compute_metrics",
+    "delta_verdict",
     "interfaces_key",
+    "min_tasks",
     "pass_at_k",
     "pass_hat_k",
     "per_task_success",

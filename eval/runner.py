@@ -48,7 +48,8 @@ from eval.contract import Results, RunInfo, TaskResult, Trial, encode_results
 from eval.errors import EvalError
 from eval.metrics import compute_metrics
 from eval.protocols import protocol
-from gates.agents import Agent, parse_agent_spec, scripted
+from gates import rollout
+from gates.agents import Agent, parse_agent_spec
 from gates.contract import AnswerStep, Rollout
 from gates.rewards import wildawm_reward
 from gates.rollout import open_task_instance, run_rollout, task_w0, verify_episode_of_task
@@ -167,21 +168,13 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
 
 
 def make_agent(config: EvalConfig) -> Agent:
-    """The agent the spec names; an LLM agent with the run's step and history limits,
-    on the model litellm routes (a provider, or ``hosted_vllm/...`` at ``api_base``)."""
-    spec = parse_agent_spec(config.agent)
-    if spec.kind == "scripted":
-        return scripted(spec.name)
-    from gates.llm_agent import LLMAgent
-    from worldllm.client import client_from_env
-
-    client = client_from_env(model=spec.name)
-    if config.api_base:
-        client.api_base = config.api_base
+    """The agent the spec names (``gates.rollout.make_agent``); an LLM agent with the
+    run's step and history limits and its protocol's mode, sampling and compaction, on
+    the model litellm routes (a provider, or ``hosted_vllm/...`` at ``api_base``)."""
     chosen = protocol(config.protocol)
-    return LLMAgent(client, window=config.history or None, max_steps=config.max_steps,
-                    name=config.agent, mode=chosen.mode, sampling=chosen.sampling,
-                    compact_at=chosen.compact_at)
+    return rollout.make_agent(config.agent, rollout.AgentOptions(
+        max_steps=config.max_steps, window=config.history or None, mode=chosen.mode,
+        sampling=chosen.sampling, compact_at=chosen.compact_at, api_base=config.api_base))
 
 
 def run_trial(env: Environment, task: Task, agent: Agent, n: int, *, hinted: bool) -> Trial:

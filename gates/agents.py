@@ -23,7 +23,18 @@ from gates.contract import (
 )
 from gates.task import Task, step_interface
 from worldenv.instances.instance import Instance
-from worldenv.protocol.observation import shell_result
+from worldenv.protocol import (
+    Action,
+    AnswerAction,
+    GuiAction,
+    ListToolsAction,
+    MetaCallAction,
+    Observation,
+    ShellAction,
+    ToolAction,
+    execute,
+)
+from worldenv.protocol.observation import CALL_TOOL, LIST_TOOLS
 from worldstore.errors import ConfigError
 
 
@@ -35,28 +46,48 @@ class Agent(Protocol):
         ...
 
 
+def action_of(step: Step) -> Action:
+    """The protocol's action for a step (``worldenv.protocol``)."""
+    if isinstance(step, ToolStep):
+        return ToolAction(step.tool, dict(step.arguments))
+    if isinstance(step, ShellStep):
+        return ShellAction(step.command)
+    if isinstance(step, GuiStep):
+        return GuiAction(step.action, dict(step.arguments))
+    return AnswerAction(step.text)
+
+
+def step_of(action: Action) -> Step:
+    """The step a trajectory records for an action: a meta-tool's call, or a call that
+    could not be executed, as the model wrote it (the tool it named, and its arguments
+    when they were an object)."""
+    if isinstance(action, ToolAction):
+        return ToolStep(tool=action.tool, arguments=action.arguments)
+    if isinstance(action, ShellAction):
+        return ShellStep(command=action.command)
+    if isinstance(action, GuiAction):
+        return GuiStep(action=action.action, arguments=action.arguments)
+    if isinstance(action, AnswerAction):
+        return AnswerStep(text=action.text)
+    if isinstance(action, ListToolsAction):
+        return ToolStep(tool=LIST_TOOLS, arguments=action.written or {})
+    if isinstance(action, MetaCallAction):
+        return ToolStep(tool=CALL_TOOL, arguments=action.written if action.written is not None
+                        else {"tool_name": action.tool_name, "arguments": action.arguments})
+    return ToolStep(tool=action.tool, arguments=action.written or {})
+
+
+def turn_of(index: int, step: Step, observation: Observation, reasoning: str = ""
+            ) -> TurnRecord:
+    """The turn that records a step and what it showed."""
+    return TurnRecord(index=index, step=step, observation=observation.text,
+                      is_error=observation.is_error, reasoning=reasoning,
+                      screenshot=observation.screenshot)
+
+
 def take_step(instance: Instance, index: int, step: Step, reasoning: str = "") -> TurnRecord:
     """Execute one step on the instance and record what the agent observed."""
-    if isinstance(step, ToolStep):
-        result = instance.call_tool(step.tool, dict(step.arguments))
-        return TurnRecord(index=index, step=step, observation=result.text,
-                          is_error=result.is_error, reasoning=reasoning)
-    if isinstance(step, ShellStep):
-        result = shell_result(instance.shell(step.command))
-        return TurnRecord(index=index, step=step, observation=result.text,
-                          is_error=result.is_error, reasoning=reasoning)
-    if isinstance(step, GuiStep):
-        return gui_turn(instance, index, step, reasoning)[0]
-    return TurnRecord(index=index, step=step, observation="", reasoning=reasoning)
-
-
-def gui_turn(instance: Instance, index: int, step: GuiStep, reasoning: str = ""
-             ) -> tuple[TurnRecord, bytes | None]:
-    """Execute a GUI step and keep its screenshot: the turn, and the PNG an agent may be
-    shown (None when the action left no page)."""
-    done = instance.gui(step.action, dict(step.arguments))
-    return TurnRecord(index=index, step=step, observation=done.text, is_error=done.is_error,
-                      reasoning=reasoning, screenshot=done.screenshot), done.image
+    return turn_of(index, step, execute(instance, action_of(step)), reasoning)
 
 
 class ScriptedAgent:
@@ -176,5 +207,5 @@ def _is_scripted_name(name: str) -> bool:
     return name in SCRIPTED or (name.startswith("first-") and name[len("first-"):].isdigit())
 
 
-__all__ = ["Agent", "AgentSpec", "ScriptedAgent", "gui_turn", "parse_agent_spec", "scripted",
-           "step_interface", "take_step"]
+__all__ = ["Agent", "AgentSpec", "ScriptedAgent", "action_of", "parse_agent_spec", "scripted",
+           "step_interface", "step_of", "take_step", "turn_of"]

@@ -29,10 +29,10 @@ prompt, the task and the summary.
 Sampling (``Sampling``): temperature 0 by default; the papers' evaluation protocols
 (``eval.protocols``) set temperature, top-p and top-k, sent with every call.
 
-What the model is shown (the tools offered, the catalogue, tool and shell results,
-refusals) is rendered by ``worldenv.protocol.observation``, as by the RL loop, the gateway and the
-SFT
-rows: a policy is evaluated on exactly the text it was trained on.
+What the model is offered and shown (the tools, the catalogue, tool and shell results,
+refusals) is the agent protocol's (``worldenv.protocol``): each call is decoded into an
+action (``decode_call``) and done by ``execute``, as in the RL loop, the gateway and Gym,
+so a policy is evaluated on exactly the text it was trained on.
 
 Bad calls are data for the model, never exceptions: a call to a tool that was not offered,
 or arguments that are not a JSON object (or lack the string that ``shell`` and ``answer``
@@ -60,25 +60,17 @@ rollout did not happen, and the caller reports it as not run or retries it.
 from __future__ import annotations
 
 import base64
-import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gates.agents import gui_turn, take_step
+from gates.agents import step_of, turn_of
 from gates.compaction import compaction_prompt, summary_message
-from gates.contract import (
-    AnswerStep,
-    GuiStep,
-    ShellStep,
-    Step,
-    ToolStep,
-    Trajectory,
-    TurnRecord,
-)
+from gates.contract import Step, Trajectory
 from gates.task import Task
-from worldenv.gui.tools import GUI_TOOLS, gui_tool_action
+from worldenv.gui.tools import GUI_TOOLS
 from worldenv.instances.instance import Instance
+from worldenv.protocol import GuiAction, Unexecutable, decode_call, execute, toolset_of
 from worldenv.protocol.observation import (
     ANSWER,
     ANSWER_TOOL_INFO,
@@ -89,20 +81,15 @@ from worldenv.protocol.observation import (
     OBSERVATION_LIMIT,
     SHELL,
     SHELL_TOOL_INFO,
-    catalogue,
     meta_call,
-    not_executed,
     shown,
-    text_argument_problem,
     tool_schemas,
-    unknown_tool,
 )
 from worldenv.protocol.observation import function_schema as mcp_tool
 from worldllm.client import (
     Completion,
     LLMClient,
     Message,
-    ToolCall,
     assistant_message,
 )
 from worldstore.errors import ConfigError
@@ -139,8 +126,8 @@ NO_CALL_NUDGE = ("You did not call a tool. Act with one of the tools offered; wh
                  "is done, call `answer` with your final answer.")
 
 
-# The agent tools as offered (worldenv.protocol.observation defines them: the gateway serves the
-# same).
+# The agent tools as offered (worldenv.protocol.observation defines them: every surface
+# offers the same).
 SHELL_TOOL = mcp_tool(SHELL_TOOL_INFO)
 ANSWER_TOOL = mcp_tool(ANSWER_TOOL_INFO)
 LIST_TOOLS_TOOL = mcp_tool(LIST_TOOLS_INFO)
@@ -232,8 +219,8 @@ class _Rollout:
     compactions: int = 0
 
     def run(self) -> Trajectory:
-        tools = tool_schemas(self.instance.list_tools(), gui=self.gui, mode=self.agent.mode)
-        known = {t["function"]["name"] for t in tools}
+        offer = toolset_of(self.instance, mode=self.agent.mode, gui=self.gui)
+        tools, known = offer.schemas(), offer.names
         for _ in range(self.agent.max_steps):
             completion = self.agent.complete(self._context(), tools)
             self._count(completion)
@@ -296,7 +283,7 @@ class _Rollout:
                 messages.append(screenshot_message(caption, png if i == latest else None))
         return messages
 
-    def _step(self, completion: Completion, known: set[str]) -> bool:
+    def _step(self, completion: Completion, known: frozenset[str]) -> bool:
         """Execute one model step; True when it answered (the rollout is over)."""
         reasoning = _reasoning(completion)
         messages: list[Message] = [assistant_message(completion)]
@@ -309,88 +296,32 @@ class _Rollout:
             return False
         executed = False
         for call in completion.tool_calls:
-            turn, ran, png = self._act(call, known, reasoning)
+            action = decode_call(call.name, call.arguments, known, mode=self.agent.mode)
+            observation = execute(self.instance, action)
+            turn = turn_of(len(self.trajectory.turns), step_of(action), observation, reasoning)
             self.trajectory.turns.append(turn)
-            if isinstance(turn.step, GuiStep) and png is not None:
-                self.shots[-1] = (screenshot_caption(turn.step.action, turn.observation), png)
-            executed = executed or ran
-            if isinstance(turn.step, AnswerStep):
-                self.trajectory.answer = turn.step.text
+            if isinstance(action, Unexecutable):
+                self.last_problem = action.problem
+            if isinstance(action, GuiAction) and observation.image is not None:
+                self.shots[-1] = (screenshot_caption(action.action, observation.text),
+                                  observation.image)
+            executed = executed or observation.executed
+            if observation.done:
+                self.trajectory.answer = observation.answer
                 self.trajectory.stopped = "answer"
                 return True
-            whole = self.agent.mode == "meta" and isinstance(turn.step, ToolStep) and \
-                turn.step.tool == LIST_TOOLS and not turn.is_error
             messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": shown(turn.observation, turn.is_error, whole=whole)})
+                             "content": observation.shown()})
         self.invalid_in_a_row = 0 if executed else self.invalid_in_a_row + 1
         return False
-
-    def _act(self, call: ToolCall, known: set[str], reasoning: str
-             ) -> tuple[TurnRecord, bool, bytes | None]:
-        """The turn for one call, whether it was executable, and the screenshot (PNG) a
-        GUI call took."""
-        index = len(self.trajectory.turns)
-        step_or_problem = parse_call(call.name, call.arguments, known)
-        if isinstance(step_or_problem, str):
-            self.last_problem = step_or_problem
-            refused = TurnRecord(index=index, step=ToolStep(tool=call.name),
-                                 observation=not_executed(step_or_problem),
-                                 is_error=True, reasoning=reasoning)
-            return refused, False, None
-        if isinstance(step_or_problem, ToolStep) and self.agent.mode == "meta":
-            return (*self._meta(index, step_or_problem, reasoning), None)
-        if isinstance(step_or_problem, GuiStep):
-            turn, png = gui_turn(self.instance, index, step_or_problem, reasoning)
-            return turn, True, png
-        return take_step(self.instance, index, step_or_problem, reasoning), True, None
-
-    def _meta(self, index: int, step: ToolStep, reasoning: str) -> tuple[TurnRecord, bool]:
-        """A meta-tool turn: the catalogue, or the named tool's call on the instance."""
-        if step.tool == LIST_TOOLS:
-            return TurnRecord(index=index, step=step,
-                              observation=catalogue(self.instance.list_tools()),
-                              reasoning=reasoning), True
-        called = meta_call(step.arguments)
-        if isinstance(called, str):
-            self.last_problem = called
-            return TurnRecord(index=index, step=step, observation=not_executed(called),
-                              is_error=True, reasoning=reasoning), False
-        name, arguments = called
-        result = self.instance.call_tool(name, arguments)
-        return TurnRecord(index=index, step=step, observation=result.text,
-                          is_error=result.is_error, reasoning=reasoning), True
 
 
 def parse_call(name: str, arguments_text: str, known: Collection[str]) -> Step | str:
     """The step a model's call (a tool name and its JSON arguments text) asks for, or
-    why it cannot be executed. The RL agent loop parses its calls with this too.
-
-    A known ``gui_*`` tool of ``worldenv.gui.tools`` is a ``GuiStep`` (the names are the GUI
-    tools'; offered only with them): its arguments must be a JSON object, and the
-    instance checks the rest (an error result, never an exception)."""
-    if name not in known:
-        return unknown_tool(name, known)
-    try:
-        arguments = json.loads(arguments_text) if arguments_text.strip() else {}
-    except json.JSONDecodeError as exc:
-        return f"the arguments of {name!r} are not valid JSON ({exc}): " \
-               f"{arguments_text[:200]!r}"
-    if not isinstance(arguments, dict):
-        return f"the arguments of {name!r} must be a JSON object, not {arguments!r:.200}"
-    action = gui_tool_action(name)
-    if action is not None:
-        return GuiStep(action=action, arguments=arguments)
-    if name == SHELL:
-        return _string_step(arguments, "command", lambda v: ShellStep(command=v), SHELL)
-    if name == ANSWER:
-        return _string_step(arguments, "text", lambda v: AnswerStep(text=v), ANSWER)
-    return ToolStep(tool=name, arguments=arguments)
-
-
-def _string_step(arguments: dict[str, Any], key: str, make: Callable[[str], Step],
-                 tool: str) -> Step | str:
-    problem = text_argument_problem(tool, key, arguments)
-    return make(arguments[key]) if problem is None else problem
+    why it cannot be executed (``worldenv.protocol.decode_call``, in tools mode: a
+    meta-tool's call is a step named after it)."""
+    action = decode_call(name, arguments_text, known)
+    return action.problem if isinstance(action, Unexecutable) else step_of(action)
 
 
 GUI_TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(mcp_tool(t) for t in GUI_TOOLS)
@@ -448,6 +379,6 @@ def _reasoning(completion: Completion) -> str:
 __all__ = ["ANSWER", "ANSWER_TOOL", "CALL_TOOL", "CALL_TOOL_TOOL", "GUI_SYSTEM_PROMPT",
            "GUI_TOOL_SCHEMAS", "LIST_TOOLS", "LIST_TOOLS_TOOL", "MAX_INVALID_STEPS",
            "META_SYSTEM_PROMPT", "OBSERVATION_LIMIT", "SHELL", "SHELL_TOOL", "SYSTEM_PROMPT",
-           "LLMAgent", "Sampling", "gui_turn", "mcp_tool", "meta_call", "offers_gui",
+           "LLMAgent", "Sampling", "mcp_tool", "meta_call", "offers_gui",
            "parse_call", "screenshot_caption", "screenshot_message", "screenshot_note", "shown",
            "tool_schemas"]

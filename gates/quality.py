@@ -29,7 +29,7 @@ from gates.task import Task
 from gates.verifier import run_verifier, verifier_digests
 from worldenv.instances.episodes import load_episode
 from worldenv.instances.instance import Environment
-from worldenv.sandbox import give_to_sandbox
+from worldenv.sandbox.choice import give_to_sandbox
 from worldstore.errors import ConfigError
 
 GATES = ("judge_consistency", "initially_unsatisfied", "solvability", "difficulty",

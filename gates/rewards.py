@@ -22,6 +22,7 @@ violating 6 is an environment error (reward 0).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -29,6 +30,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
+
+import jsonschema
+import jsonschema.protocols
+import jsonschema.validators
+import referencing
+import referencing.exceptions
 
 from gates.contract import (
     AnswerStep,
@@ -43,54 +50,123 @@ from gates.contract import (
 )
 from gates.errors import RewardError
 
-# --- a JSON-schema subset -----------------------------------------------------------------
+# --- tool input schemas ---------------------------------------------------------------
 #
-# Enough of JSON Schema for MCP tool input schemas (what pydantic and FastMCP emit): type
-# (one or a list; "integer" is a number with no fractional part, booleans are never
-# numbers), enum, const, properties, required, additionalProperties (false or a schema),
-# items, minItems/maxItems, minLength/maxLength, minimum/maximum and their exclusive
-# forms, pattern, anyOf/allOf/oneOf and local $ref ("#/$defs/...", which replaces its
-# sibling keywords, as in draft 7). Other keywords
-# (description, default, title, format, ...) are annotations here and are ignored.
-# Objects are walked in sorted key order so the first problem reported never depends on
-# the order a dict was built in.
+# Arguments are checked with ``jsonschema`` (draft 2020-12 unless the schema names its
+# dialect with ``$schema``: what pydantic and FastMCP emit). Only references inside the
+# schema resolve: the registry is empty, so nothing is ever fetched. ``format`` is an
+# annotation, as the draft says. The first problem is chosen by a fixed order (the
+# shallowest place first, objects' keys sorted, then by keyword), so it never depends on
+# the order a dict was built in, and it is worded here, naming the place as ``$.a[1]``.
 
 _JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+# keyword -> rank among the problems at one place: the first is reported
+_RANK = {name: rank for rank, names in enumerate((
+    (None, "type"), ("const", "enum"), ("anyOf", "oneOf", "not"),
+    ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    ("minLength", "maxLength", "pattern"), ("minItems", "maxItems", "uniqueItems"),
+    ("required",))) for name in names}
 
 
 def schema_problem(value: Any, schema: Mapping[str, Any] | bool) -> str | None:
-    """Why `value` (decoded JSON) does not match `schema`, naming where; None if it does."""
-    return _problem(value, schema, schema, "$")
-
-
-def _problem(value: Any, schema: Mapping[str, Any] | bool, root: Mapping[str, Any] | bool,
-             at: str) -> str | None:
-    if schema is True:
+    """Why `value` (decoded JSON) does not match `schema`, naming where; None if it does.
+    A schema that is not one (an unknown type, a reference to nothing or outside it) is a
+    RewardError."""
+    validator = _validator(json.dumps(schema, sort_keys=True))
+    try:
+        errors = list(validator.iter_errors(value))
+    except referencing.exceptions.Unresolvable as exc:
+        raise RewardError(f"schema $ref {exc}: only references inside the schema resolve"
+                          ) from None
+    if not errors:
         return None
-    if schema is False:
-        return f"{at}: no value is allowed here"
-    if "$ref" in schema:
-        return _problem(value, _resolve_ref(root, str(schema["$ref"])), root, at)
-    for check in (_type_problem, _enum_problem, _combinator_problem, _number_problem,
-                  _string_problem, _array_problem, _object_problem):
-        problem = check(value, schema, root, at)
-        if problem is not None:
-            return problem
-    return None
+    return min((_worded(error, validator) for error in errors), key=lambda found: found[0])[1]
 
 
-def _resolve_ref(root: Mapping[str, Any] | bool, ref: str) -> Mapping[str, Any] | bool:
-    if not ref.startswith("#/") or isinstance(root, bool):
-        raise RewardError(f"schema $ref {ref!r}: only local references (#/...) are supported")
-    node: Any = root
-    for part in ref[2:].split("/"):
-        key = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, Mapping) or key not in node:
-            raise RewardError(f"schema $ref {ref!r} points at nothing")
-        node = node[key]
-    if not isinstance(node, Mapping | bool):
-        raise RewardError(f"schema $ref {ref!r} does not point at a schema")
-    return node
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: str) -> jsonschema.protocols.Validator:
+    """A checked validator of one schema, by its canonical JSON text (a catalogue's
+    schemas are checked again for every call of a rollout)."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise RewardError(f"not a JSON schema at {_place(exc.absolute_path)}: {exc.message}"
+                          ) from None
+    return cls(schema, registry=referencing.Registry())
+
+
+def _place(path: Iterable[str | int]) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def _order(path: Iterable[str | int]) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)
+
+
+_Worded = tuple[tuple[Any, ...], str]
+
+
+def _worded(error: jsonschema.ValidationError,
+            validator: jsonschema.protocols.Validator) -> _Worded:
+    """(sort key, problem) of one jsonschema error."""
+    path = list(error.absolute_path)
+    keyword = error.validator
+    value: Any = error.instance
+    bound: Any = error.validator_value  # Unset only on an error made by hand
+    at = _place(path)
+    if keyword == "additionalProperties" and bound is False and isinstance(value, dict):
+        allowed = error.schema.get("properties", {}) if isinstance(error.schema, Mapping) \
+            else {}
+        patterns = error.schema.get("patternProperties", {}) \
+            if isinstance(error.schema, Mapping) else {}
+        extra = sorted(k for k in value if k not in allowed
+                       and not any(re.search(p, k) for p in patterns))
+        name = extra[0] if extra else ""
+        # reported where the unknown key is, so keys are visited in sorted order
+        return ((_order([*path, name]), 0, ""),
+                f"{_place([*path, name])}: unknown property (the schema allows only "
+                f"{', '.join(sorted(allowed)) or 'none'})")
+    if keyword == "required" and isinstance(value, dict):
+        name = sorted(n for n in bound if n not in value)[0]
+        problem = f"{at}: required property {name!r} is missing"
+    elif keyword is None:
+        problem = f"{at}: no value is allowed here"
+    else:
+        problem = _worded_keyword(error, validator, at)
+    return (_order(path), _RANK.get(str(keyword), len(_RANK)), problem), problem
+
+
+def _worded_keyword(error: jsonschema.ValidationError,
+                    validator: jsonschema.protocols.Validator, at: str) -> str:
+    keyword = error.validator
+    value: Any = error.instance
+    bound: Any = error.validator_value  # Unset only on an error made by hand
+    if keyword == "type":
+        allowed = [bound] if isinstance(bound, str) else list(bound)
+        return f"{at}: expected {' or '.join(allowed)}, got {json_type(value)}"
+    if keyword == "const":
+        return f"{at}: must be {json.dumps(bound)}"
+    if keyword == "enum":
+        return f"{at}: {json.dumps(value)} is not one of {', '.join(map(json.dumps, bound))}"
+    if keyword == "anyOf":
+        first = [e for e in error.context or () if e.relative_schema_path[0] == 0]
+        reason = min((_worded(e, validator) for e in first), key=lambda found: found[0])[1] \
+            if first else "no match"
+        return f"{at}: matches none of the {len(bound)} allowed forms ({reason})"
+    if keyword == "oneOf":
+        matches = sum(validator.evolve(schema=sub).is_valid(value) for sub in bound)
+        return f"{at}: must match exactly one of the allowed forms, matches {matches}"
+    symbols = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">",
+               "exclusiveMaximum": "<"}
+    if keyword in symbols:
+        return f"{at}: {value} is not {symbols[keyword]} {bound}"
+    wording = {"minLength": f"shorter than {bound} characters",
+               "maxLength": f"longer than {bound} characters",
+               "pattern": f"does not match the pattern {bound!r}",
+               "minItems": f"fewer than {bound} items", "maxItems": f"more than {bound} items"}
+    return f"{at}: {wording.get(str(keyword), error.message)}"
 
 
 def json_type(value: Any) -> str:
@@ -110,127 +186,6 @@ def json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     raise RewardError(f"{type(value).__name__} is not a JSON value")
-
-
-def _type_problem(value: Any, schema: Mapping[str, Any], _root: Any, at: str) -> str | None:
-    wanted = schema.get("type")
-    if wanted is None:
-        return None
-    allowed = [wanted] if isinstance(wanted, str) else list(wanted)
-    unknown = [t for t in allowed if t not in _JSON_TYPES]
-    if unknown:
-        raise RewardError(f"schema at {at}: unknown JSON type {unknown[0]!r}")
-    actual = json_type(value)
-    if actual in allowed or (actual == "integer" and "number" in allowed):
-        return None
-    return f"{at}: expected {' or '.join(allowed)}, got {actual}"
-
-
-def _json_key(value: Any) -> Any:
-    """A comparable form under JSON equality: 1 == 1.0, but true is not 1."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return (type(value).__name__, value)
-    if isinstance(value, int | float):
-        return ("number", Fraction(value))
-    if isinstance(value, list):
-        return ("array", tuple(_json_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("object", tuple(sorted((k, _json_key(v)) for k, v in value.items())))
-    raise RewardError(f"{type(value).__name__} is not a JSON value")
-
-
-def _enum_problem(value: Any, schema: Mapping[str, Any], _root: Any, at: str) -> str | None:
-    if "const" in schema and _json_key(value) != _json_key(schema["const"]):
-        return f"{at}: must be {json.dumps(schema['const'])}"
-    if "enum" in schema and _json_key(value) not in {_json_key(v) for v in schema["enum"]}:
-        allowed = ", ".join(json.dumps(v) for v in schema["enum"])
-        return f"{at}: {json.dumps(value)} is not one of {allowed}"
-    return None
-
-
-def _combinator_problem(value: Any, schema: Mapping[str, Any], root: Any,
-                        at: str) -> str | None:
-    for sub in schema.get("allOf", []):
-        problem = _problem(value, sub, root, at)
-        if problem is not None:
-            return problem
-    if "anyOf" in schema:
-        problems = [_problem(value, sub, root, at) for sub in schema["anyOf"]]
-        if all(p is not None for p in problems):
-            return f"{at}: matches none of the {len(problems)} allowed forms ({problems[0]})"
-    if "oneOf" in schema:
-        matches = sum(_problem(value, sub, root, at) is None for sub in schema["oneOf"])
-        if matches != 1:
-            return f"{at}: must match exactly one of the allowed forms, matches {matches}"
-    return None
-
-
-def _number_problem(value: Any, schema: Mapping[str, Any], _root: Any, at: str) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = Fraction(value)
-    for keyword, symbol, sign_ok in _BOUNDS:
-        bound = schema.get(keyword)
-        if isinstance(bound, int | float) and not isinstance(bound, bool):
-            sign = (number > bound) - (number < bound)
-            if sign not in sign_ok:
-                return f"{at}: {value} is not {symbol} {bound}"
-    return None
-
-
-# keyword, relation, the signs of (value - bound) it allows
-_BOUNDS = (("minimum", ">=", (0, 1)), ("maximum", "<=", (-1, 0)),
-           ("exclusiveMinimum", ">", (1,)), ("exclusiveMaximum", "<", (-1,)))
-
-
-def _string_problem(value: Any, schema: Mapping[str, Any], _root: Any, at: str) -> str | None:
-    if not isinstance(value, str):
-        return None
-    if "minLength" in schema and len(value) < schema["minLength"]:
-        return f"{at}: shorter than {schema['minLength']} characters"
-    if "maxLength" in schema and len(value) > schema["maxLength"]:
-        return f"{at}: longer than {schema['maxLength']} characters"
-    if "pattern" in schema and re.search(schema["pattern"], value) is None:
-        return f"{at}: does not match the pattern {schema['pattern']!r}"
-    return None
-
-
-def _array_problem(value: Any, schema: Mapping[str, Any], root: Any, at: str) -> str | None:
-    if not isinstance(value, list):
-        return None
-    if "minItems" in schema and len(value) < schema["minItems"]:
-        return f"{at}: fewer than {schema['minItems']} items"
-    if "maxItems" in schema and len(value) > schema["maxItems"]:
-        return f"{at}: more than {schema['maxItems']} items"
-    items = schema.get("items")
-    if isinstance(items, Mapping | bool):
-        for index, item in enumerate(value):
-            problem = _problem(item, items, root, f"{at}[{index}]")
-            if problem is not None:
-                return problem
-    return None
-
-
-def _object_problem(value: Any, schema: Mapping[str, Any], root: Any, at: str) -> str | None:
-    if not isinstance(value, dict):
-        return None
-    for name in sorted(schema.get("required", [])):
-        if name not in value:
-            return f"{at}: required property {name!r} is missing"
-    properties: Mapping[str, Any] = schema.get("properties", {})
-    extra_schema = schema.get("additionalProperties", True)
-    for name in sorted(value):
-        where = f"{at}.{name}"
-        if name in properties:
-            problem = _problem(value[name], properties[name], root, where)
-        elif extra_schema is False:
-            problem = f"{where}: unknown property (the schema allows only " \
-                      f"{', '.join(sorted(properties)) or 'none'})"
-        else:
-            problem = _problem(value[name], extra_schema, root, where)
-        if problem is not None:
-            return problem
-    return None
 
 
 # --- AWM: the step-level format validator ------------------------------------------------

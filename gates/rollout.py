@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -22,16 +24,21 @@ from worldstore.canonical import digest_of
 from worldstore.errors import ConfigError, InputError
 from worldstore.store import DayRecord
 
+if TYPE_CHECKING:
+    from gates.llm_agent import Sampling
+
 
 def run_rollout(env: Environment, task: Task, agent: Agent, *, hinted: bool,
                 index: int = 0) -> Rollout:
-    """Run `agent` on a fresh instance of the task's world and grade the result."""
+    """Run `agent` on a fresh instance of the task's world and grade the result. The
+    world is settled (and hashed) once, at the end: the stored episode, the rollout and
+    the verifier share that hash and the instance's own snapshot as W0."""
     with open_task_instance(env, task) as instance:
         trajectory = agent.run(instance, task, hinted=hinted)
         instance.episode = msgspec.structs.replace(instance.episode, answer=trajectory.answer,
                                                    task=task.task_id, agent=agent.name)
+        final_hash = instance.settle()
         episode_id = save_episode(env.worlds, instance)
-        final_hash = instance.hash()
         verdict = grade(env, task, instance, trajectory.answer)
         used = interfaces_used(instance.episode)
     return Rollout(
@@ -47,9 +54,15 @@ def open_task_instance(env: Environment, task: Task) -> Instance:
 
 
 def grade(env: Environment, task: Task, instance: Instance, answer: str | None) -> Verdict:
-    """V(W0, W, a) with W0 the task's snapshot and W the instance as it is now."""
-    instance.hash()  # closes the instance's connections and copies every part: W is whole
-    return run_verifier(task.verifier_dir, task_w0(env.worlds, task), instance.mount.path,
+    """V(W0, W, a): W0 the snapshot the instance was opened on (pinned while it is open),
+    which must be the task's world, W the instance settled now."""
+    world = instance.record.world_hash
+    if world != task.spec.world_hash:
+        raise TaskError(f"the instance is of world {world}, the task starts from "
+                        f"{task.spec.world_hash}", file=str(task.path / SPEC_FILE),
+                        field="world_hash")
+    instance.settle()  # W whole on disk: connections closed, every lazy part copied
+    return run_verifier(task.verifier_dir, instance.mount.snapshot, instance.mount.path,
                         answer, scratch=env.worlds.cache.tmp)
 
 
@@ -157,17 +170,38 @@ def check_hinted(n: int, hinted: int) -> None:
                           f"rollouts n = {n}")
 
 
-def make_agent(spec: str) -> Agent:
+@dataclass(frozen=True)
+class AgentOptions:
+    """How an LLM agent runs (``gates.llm_agent.LLMAgent``'s settings; a scripted agent
+    has none): its step limit, its window of recent steps (None: all), AWM's meta mode or
+    tools mode, sampling (None: the default), compaction (0: never) and the model server
+    (None: the environment's). The agent is named by its spec."""
+
+    max_steps: int = 20
+    window: int | None = 10
+    mode: Literal["tools", "meta"] = "tools"
+    sampling: Sampling | None = None
+    compact_at: int = 0
+    api_base: str | None = None
+
+
+def make_agent(spec: str, options: AgentOptions = AgentOptions()) -> Agent:
     """The agent an agent spec names: ``scripted:NAME`` or ``llm:MODEL`` (see
     ``gates.agents.parse_agent_spec``); an LLM agent gets the client the environment
-    configures (``WORLDCTL_LLM_*``) with that model."""
+    configures (``WORLDCTL_LLM_*``) with that model, and `options`."""
     parsed = parse_agent_spec(spec)
     if parsed.kind == "scripted":
         return scripted(parsed.name)
     from gates.llm_agent import LLMAgent  # loads the LLM client only for an LLM agent
+    from gates.llm_agent import Sampling as Default
     from worldllm.client import client_from_env
 
-    return LLMAgent(client_from_env(model=parsed.name))
+    client = client_from_env(model=parsed.name)
+    if options.api_base:
+        client.api_base = options.api_base
+    return LLMAgent(client, window=options.window, max_steps=options.max_steps, name=spec,
+                    mode=options.mode, sampling=options.sampling or Default(),
+                    compact_at=options.compact_at)
 
 
 def load_rollouts(path: Path) -> list[Rollout]:

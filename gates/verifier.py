@@ -4,8 +4,8 @@
 `verifier_dir` (sorted by name; names starting with ``_`` are helpers, not scripts) in one
 sandbox (``worldenv.sandbox``: no network, bounded time, CPU, memory, processes and output)
 holding one Python start, the project's own Python in isolated mode (``-I -S -B``: standard
-library only, no bytecode written): the driver (``awsdk._drive`` in the SDK
-``gates/sdk/awsdk.py``) imports the SDK and the common standard modules once, then forks a
+library only, no bytecode written): the driver (``awdriver.drive``, beside the SDK in
+``gates/sdk/``) imports the SDK and the common standard modules once, then forks a
 process per script, which runs it as ``__main__`` with its own stdout and stderr, its own
 time and output limits, and the sandbox's per-process CPU, memory and file-size limits. A
 script reads the worlds and prints its checklist as a last ``RESULT_JSON=`` line; the
@@ -16,8 +16,8 @@ docstring: ``/w0``, ``/w``, ``/answer.txt``, ``/verifier`` and ``/sdk``, all rea
 ``/workspace``, a tmpfs of ``tmp_mib`` (``Limits.workspace_mib``) like /tmp and /dev/shm,
 so what a verifier writes is bounded and never reaches the host's disk. The verifier
 folder comes last on a script's module path, after the standard library and the SDK.
-Why a script cannot write another script's report is said where the driver is (the end
-of the SDK module).
+Why a script cannot write another script's report is said where the driver is
+(``gates/sdk/awdriver.py``).
 
 Two kinds of failure are kept apart (one error boundary per layer):
 
@@ -74,14 +74,14 @@ from gates.verifier_server import ServerSetup, run_served
 from replay.files import chmod_tree
 from replay.layout import check_world_dir
 from worldenv.errors import SandboxError
-from worldenv.sandbox import (
+from worldenv.sandbox.choice import default_sandbox
+from worldenv.sandbox.contract import (
     OUTPUT_KILL_FACTOR,
     Bind,
     Limits,
     Sandbox,
     ShellResult,
     classify_limit,
-    default_sandbox,
 )
 
 __all__ = [
@@ -122,14 +122,14 @@ VERIFIER_LIMITS = Limits(timeout_s=10.0, cpu_s=10, memory_mib=512, max_procs=64,
 # Runs as `python -I -S -B -c DRIVER CONFIG`: -I drops PYTHONPATH and the working
 # directory from sys.path (-P), so the path is the standard library's, and the SDK goes
 # in after it. The verifier folder is never on the driver's path: each script's process
-# puts it last (``awsdk._run_child``), so no file of a verifier folder is ever imported in
+# puts it last (``awdriver._run_child``), so no file of a verifier folder is ever imported in
 # place of a module of the standard library or the SDK, by the driver or by a script.
 DRIVER = (
     "import json, sys\n"
     "config = json.loads(sys.argv[1])\n"
     "sys.path.append(config['sdk'])\n"
-    "import awsdk\n"
-    "awsdk._drive(config)\n"
+    "import awdriver\n"
+    "awdriver.drive(config)\n"
 )
 
 # The AWM driver: load the code as a module (its `if __name__ == "__main__"` stays idle),
@@ -188,7 +188,7 @@ class ScriptRun:
     stderr: str
     stdout_cut: bool
     timed_out: bool
-    killed_reason: str | None  # worldenv.sandbox.classify_limit: "timeout", "cpu", "memory", ...
+    killed_reason: str | None  # classify_limit: "timeout", "cpu", "memory", ...
     seconds: float
     start_error: str | None = None  # the driver could not start it at all
 

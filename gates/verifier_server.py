@@ -5,13 +5,13 @@ for a bubblewrap sandbox (~9 ms here), a Python start (~8 ms) and the driver's i
 (~12 ms), and that is most of a run: a rollout's grade, a gate's check and each of
 synthesis' verifier checks pay it again. A server is that sandbox and that driver kept:
 the runner stages a run's worlds, verifier and answer where the server sees them, the
-driver (``awsdk._drive`` serving) forks the scripts as for a one-run sandbox, then ends
+driver (``awdriver.drive`` serving) forks the scripts as for a one-run sandbox, then ends
 what they left (processes, files under /tmp, /dev/shm and /workspace, System V IPC
 objects) and compares what it cannot restore with what it was before the first job (its
 own rlimits, scheduling, signal state, descriptors and modules, which a script can change
 from outside or the driver could take from a job, and the sandbox's sockets) before it
 says the job is done; a server that could not clean up, or that a job changed, is stopped.
-Kernel keyrings are closed to every process of a verifier sandbox (``awsdk``), so none
+Kernel keyrings are closed to every process of a verifier sandbox (``awdriver``), so none
 carries a key from one job to the next.
 
 What a script sees is what a one-run sandbox shows it: ``/w0``, ``/w``, ``/verifier``
@@ -57,15 +57,8 @@ from pathlib import Path
 from replay.errors import WorldDirError
 from replay.files import link_tree, remove_tree
 from worldenv.errors import SandboxError
-from worldenv.sandbox import (
-    OUTPUT_KILL_FACTOR,
-    Bind,
-    BubblewrapSandbox,
-    Limits,
-    Sandbox,
-    ShellResult,
-    kill_sandbox,
-)
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox, kill_sandbox
+from worldenv.sandbox.contract import OUTPUT_KILL_FACTOR, Bind, Limits, Sandbox, ShellResult
 
 __all__ = ["IDLE_S", "MAX_IDLE", "MAX_JOBS", "STAGE_MAX_ENTRIES", "ServerSetup",
            "close_servers", "jobs_served", "run_served", "servers_started"]

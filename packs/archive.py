@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import BinaryIO
 
 import msgspec
 
@@ -40,6 +41,7 @@ from packs.registry import FORMAT, SHIPPED, Pack, load_pack_dir, pack_files
 from replay.engine import DayResult, Worlds
 from replay.files import copy_tree, open_regular, read_chunks, remove_tree
 from worldstore.errors import WorldError
+from worldstore.folders import writing_file
 from worldstore.store import DayRecord
 
 MANIFEST_FILE = "manifest.json"
@@ -98,25 +100,14 @@ def export_pack(worlds: Worlds, pack: Pack, dest: Path) -> PackManifest:
     replayed = _replay_logs(worlds, pack, source_prefix=str(pack.root))
     spec = ManifestSpec(name=pack.name, format=FORMAT, files=entries,
                         worlds={key: h for key, (h, _) in replayed.hashes.items()})
-    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    # A new file (O_EXCL | O_NOFOLLOW) renamed over `dest`: a link planted at either name
-    # is replaced or refused, never written through.
-    try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o644)
-    except FileExistsError:
-        raise PackError("something is in the way of the archive's temporary name",
-                        file=str(partial)) from None
-    try:
-        with open(fd, "wb") as raw:
-            _write_archive(raw, spec, pack.root, files)
-        os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
+    # A new file renamed over `dest`: a link planted there is replaced, never written
+    # through.
+    with writing_file(dest) as raw:
+        _write_archive(raw, spec, pack.root, files)
     return _manifest(spec)
 
 
-def _write_archive(raw: io.BufferedWriter, spec: ManifestSpec, root: Path,
+def _write_archive(raw: BinaryIO, spec: ManifestSpec, root: Path,
                    files: list[str]) -> None:
     # GzipFile(filename="", mtime=0): the gzip header would otherwise hold both.
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz, \

@@ -1,4 +1,4 @@
-"""rl/: training agents on the worlds with verl (the README's "Training" section).
+"""rl/: training agents on the worlds with verl (docs/guides/training.md).
 
 ``contract`` is what the parts share; ``world`` acts on instances and grades them (no
 verl); ``verl_loop`` is verl's agent loop over them and ``verl_manager`` its adaptive

@@ -20,7 +20,7 @@ and our agent loop (``rl/agent_loop.yaml``), whose settings go under ``+agent_wo
 exists in verl's composed config; tests/test_rl_config.py composes every launch with it,
 runs verl's own ``validate_config`` and checks it against model configs.
 
-What differs from the papers, and why, is listed in the README ("The launch config").
+What differs from the papers, and why, is listed in docs/guides/training.md ("The launch config").
 
 ``write_run`` writes a run folder (new or empty; all checks first, then written beside
 it and renamed into place, so a refusal leaves nothing): ``launch.sh`` (cds to its own
@@ -33,13 +33,11 @@ and ``sft.sh`` with its dataset for the warm start (``launch.sh`` runs it first,
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
 import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,13 +47,14 @@ from packs.registry import Pack
 from rl.contract import AGENT_NAME
 from rl.errors import RLError
 from rl.model_config import GENERATION_CONFIG_FILE, ModelConfig, Yarn, read_model_config, yarn_for
+from worldstore.folders import staged_folder
 
 AGENT_LOOP_CONFIG = Path(__file__).resolve().parent / "agent_loop.yaml"
 AGENT_LOOP_MANAGER = "rl.verl_manager.WorldAgentLoopManager"
 ENTRYPOINT = "verl.trainer.main_ppo"
 SFT_ENTRYPOINT = "verl.trainer.sft_trainer"
-STORE_ENV = "AGENT_WORLDS_STORE"  # rl.world.STORE_ENV: the store a training process opens
-PACKS_ENV = "AGENT_WORLDS_PACKS"  # rl.world.PACKS_ENV: where it finds an installed pack
+STORE_ENV = "WORLDCTL_STORE"  # rl.world.STORE_ENV: the store a training process opens
+PACKS_ENV = "WORLDCTL_PACKS"  # rl.world.PACKS_ENV: where it finds an installed pack
 DEFAULT_MODEL = "Qwen/Qwen3-8B"
 PROMPT_TOKENS = 16_384  # system prompt + instruction + the tools' schemas
 # WildAWM compacts "automatically" without saying when: at three quarters of the context a
@@ -282,7 +281,7 @@ def overrides(pack: Pack, *, preset_name: str = "wildawm", model: str = DEFAULT_
     ]
     # ours (rl.verl_loop.LoopSettings): the preset's history, samples and rollouts, the
     # ablation switches, and where the loop finds the store and installed packs (else
-    # from AGENT_WORLDS_STORE / AGENT_WORLDS_PACKS); the pack, task, mode and reward come
+    # from WORLDCTL_STORE / WORLDCTL_PACKS); the pack, task, mode and reward come
     # from each row
     loop: list[tuple[str, object]] = list(chosen.loop)
     if chosen.compacts:
@@ -574,9 +573,7 @@ def _write_atomically(out: Path, files: dict[str, str | Path],
                       executable: Sequence[str]) -> None:
     """Write `files` (text, or a file to copy) into a new folder beside `out`, then rename
     it to `out`: a failure leaves no half-written run folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with staged_folder(out, "run folder") as staging:
         for name, content in files.items():
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -588,12 +585,6 @@ def _write_atomically(out: Path, files: dict[str, str | Path],
                 target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP
                              | stat.S_IXOTH)
         staging.chmod(0o755)  # mkdtemp's 0700 would hide the run from the node's other users
-        if out.is_dir():
-            out.rmdir()  # empty: checked before
-        os.rename(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
 def _path(value: Path | str) -> str:

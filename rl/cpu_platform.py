@@ -56,7 +56,7 @@ MODULE = __name__  # what VERL_USE_EXTERNAL_MODULES names
 VLLM_LINEAR = "vllm.model_executor.layers.linear"
 VERL_SYNC_SENDER = "verl.workers.rollout.vllm_rollout.vllm_rollout"
 VERL_SYNC_RECEIVER = "verl.workers.rollout.vllm_rollout.utils"
-RUN_TAG_ENV = "AGENT_WORLDS_RUN_TAG"  # set by rl.smoke: unique to the run
+RUN_TAG_ENV = "WORLDCTL_RUN_TAG"  # set by rl.smoke: unique to the run
 
 
 def selected() -> bool:
@@ -352,7 +352,7 @@ def after_import(name: str, patch: Callable[[types.ModuleType], None]) -> None:
 
 def run_socket(handle: str) -> str:
     """verl's weight-sync socket ``ipc:///tmp/rl-colocate-zmq-<job>-...`` with the run's
-    tag (``AGENT_WORLDS_RUN_TAG``) after the prefix. verl names it by the Ray job id,
+    tag (``WORLDCTL_RUN_TAG``) after the prefix. verl names it by the Ray job id,
     which is ``01000000`` in every fresh local cluster: two verl runs on one host bind the
     same path, and the second one's bind unlinks the first one's socket file, whose next
     sync then waits forever."""

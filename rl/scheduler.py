@@ -35,7 +35,6 @@ whose JSON (sorted keys) survives training steps and restarts byte for byte.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -55,6 +54,7 @@ from rl.advantages import (
     update_kappa,
 )
 from worldstore.errors import InputError
+from worldstore.folders import write_file
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -91,9 +91,7 @@ class KappaState(msgspec.Struct, forbid_unknown_fields=True):
 
     def save(self, path: Path) -> None:
         """Write atomically: a crash mid-write leaves the previous state, never half."""
-        partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(self.to_json())
-        os.replace(partial, path)
+        write_file(path, self.to_json())
 
     @classmethod
     def load(cls, path: Path) -> KappaState:

@@ -448,7 +448,7 @@ def smoke_env(prepared: Prepared, base: dict[str, str] | None = None, *,
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
         RUN_TAG_ENV: tag or f"aw{os.getpid()}",
         # the store the agent loop opens; the metrics file
-        "AGENT_WORLDS_STORE": str(prepared.store),
+        "WORLDCTL_STORE": str(prepared.store),
         "VERL_FILE_LOGGER_PATH": str(prepared.run / "metrics.jsonl"),
         # nothing from a hub, no tracker account
         "HF_HUB_OFFLINE": "1",

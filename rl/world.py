@@ -11,10 +11,8 @@ other blocking call. Training shows the model no images: where ``gates.llm_agent
 show a GUI step's screenshot, the observation carries ``screenshot``, the text note that
 stands in for it (``gates.llm_agent.screenshot_note``: the page's title and path).
 
-What the model is shown of a call (its text, the meta-mode catalogue, a refusal, a
-timeout) is rendered by ``worldenv.protocol.observation``, as by the LLM agent, the gateway and the
-SFT
-rows.
+Each call is the agent protocol's action (``worldenv.protocol``), done by its ``execute``
+and shown as every other surface shows it (the LLM agent, the gateway, Gym, the SFT rows).
 
 Everything slow or blocking (opening an instance, a shell command, a carried app's call,
 storing the episode, hashing, the verifier) runs in worker threads, never on the event
@@ -40,17 +38,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from gates.agents import take_step
-from gates.contract import (
-    AnswerStep,
-    GuiStep,
-    ShellStep,
-    Step,
-    ToolStep,
-    Trajectory,
-    TurnRecord,
-    Verdict,
-)
+from gates.agents import action_of, step_of, turn_of
+from gates.contract import Step, ToolStep, Trajectory, Verdict
 from gates.llm_agent import offers_gui, screenshot_caption, screenshot_note
 from gates.rollout import grade, interfaces_used, open_task_instance
 from gates.task import Task, load_task
@@ -60,21 +49,25 @@ from rl.contract import Mode, RowInfo
 from rl.errors import RLError
 from worldenv.instances.episodes import save_episode
 from worldenv.instances.instance import Environment, Instance
-from worldenv.protocol.observation import (
-    ANSWER,
-    CALL_TOOL,
-    LIST_TOOLS,
-    SHELL,
-    catalogue,
-    meta_call,
-    not_executed,
-    timed_out,
-    tool_schemas,
+from worldenv.protocol import (
+    Action,
+    AnswerAction,
+    GuiAction,
+    ListToolsAction,
+    Unexecutable,
+    decode_call,
+    describe,
+    execute,
+    refused,
+    runs_inline,
+    toolset_of,
 )
+from worldenv.protocol import Observation as Shown
+from worldenv.protocol.observation import ANSWER, CALL_TOOL, LIST_TOOLS, SHELL, timed_out
 
-STORE_ENV = "AGENT_WORLDS_STORE"  # the store a training process opens (path or URL)
-PACKS_ENV = "AGENT_WORLDS_PACKS"  # installed packs folder (default: beside the store)
-CACHE_ENV = "AGENT_WORLDS_CACHE"  # snapshot cache folder; "{pid}": one per process
+STORE_ENV = "WORLDCTL_STORE"  # the store a training process opens (path or URL)
+PACKS_ENV = "WORLDCTL_PACKS"  # installed packs folder (default: beside the store)
+CACHE_ENV = "WORLDCTL_CACHE"  # snapshot cache folder; "{pid}": one per process
 DEFAULT_TOOL_TIMEOUT = 60.0  # seconds for one tool call or shell command
 T = TypeVar("T")
 
@@ -131,15 +124,13 @@ class WorldRuntime:
         """The tool schemas the model is offered (OpenAI function format) and their names,
         built once per world, mode and GUI: the instance's MCP tools, the GUI tools when
         `gui` (tools mode only), ``shell`` and ``answer``, or AWM's two meta-tools and
-        ``answer`` (``worldenv.protocol.observation.tool_schemas``, as every surface offers
-        them)."""
+        ``answer`` (``worldenv.protocol.toolset_of``, as every surface offers them)."""
         gui = gui and mode == "tools"
         key = (instance.record.world_hash, mode, gui)
         found = self._schemas.get(key)
         if found is None:
-            schemas = tool_schemas(instance.list_tools(), gui=gui, mode=mode)
-            names = frozenset(s["function"]["name"] for s in schemas)
-            found = self._schemas[key] = (schemas, names)
+            offer = toolset_of(instance, mode=mode, gui=gui)
+            found = self._schemas[key] = (offer.schemas(), offer.names)
         return found
 
     # --- instances --------------------------------------------------------------------
@@ -197,9 +188,9 @@ _RUNTIMES_LOCK = threading.Lock()
 
 def runtime(store: str | None = None, *, packs_dir: str | None = None,
             cache: str | None = None) -> WorldRuntime:
-    """This process's runtime for `store` (default: ``$AGENT_WORLDS_STORE``), made on
+    """This process's runtime for `store` (default: ``$WORLDCTL_STORE``), made on
     first use: every trajectory of a Ray worker shares it. `cache` (default:
-    ``$AGENT_WORLDS_CACHE``, else the store's default) is the snapshot cache folder;
+    ``$WORLDCTL_CACHE``, else the store's default) is the snapshot cache folder;
     ``{pid}`` in it gives each process its own, like separate nodes' local disks."""
     location = store or os.environ.get(STORE_ENV)
     if not location:
@@ -263,56 +254,42 @@ class WorldSession:
         return self.trajectory.answer is not None
 
     async def act(self, step: Step, reasoning: str) -> Observation:
-        """Execute one parsed call and record its turn."""
-        index = len(self.trajectory.turns)
-        if isinstance(step, AnswerStep):
-            turn = TurnRecord(index=index, step=step, observation="", reasoning=reasoning)
-            self.trajectory.turns.append(turn)
-            self.trajectory.answer = step.text
-            self.trajectory.stopped = "answer"
-            return Observation("", False)
-        if self.mode == "meta" and isinstance(step, ToolStep):
-            return await self._meta(index, step, reasoning)
-        inline = isinstance(step, ToolStep) and self.instance.runs_inline(step.tool)
-        timed = await self._bounded(lambda: take_step(self.instance, index, step, reasoning),
-                                    describe=_describe(step), inline=inline)
-        turn = timed if isinstance(timed, TurnRecord) else TurnRecord(
-            index=index, step=step, observation=timed, is_error=True, reasoning=reasoning)
-        self.trajectory.turns.append(turn)
-        note = None
-        if isinstance(step, GuiStep) and turn.screenshot is not None:
-            note = screenshot_note(screenshot_caption(step.action, turn.observation))
-        return Observation(turn.observation, turn.is_error, note)
+        """Execute one parsed call and record its turn (in meta mode a step named after a
+        meta-tool is that meta-tool's call)."""
+        if self.mode == "meta" and isinstance(step, ToolStep) and \
+                step.tool in (LIST_TOOLS, CALL_TOOL):
+            return await self.execute(decode_call(step.tool, dict(step.arguments),
+                                                  (LIST_TOOLS, CALL_TOOL), mode="meta"),
+                                      reasoning)
+        return await self.execute(action_of(step), reasoning)
 
     def refuse(self, tool: str, problem: str, reasoning: str) -> Observation:
         """Record a call that could not be executed (unknown tool, bad arguments)."""
-        text = not_executed(problem)
-        self.trajectory.turns.append(TurnRecord(
-            index=len(self.trajectory.turns), step=ToolStep(tool=tool), observation=text,
-            is_error=True, reasoning=reasoning))
-        return Observation(text, True)
+        return self._record(Unexecutable(tool, problem), refused(problem), reasoning)
 
-    async def _meta(self, index: int, step: ToolStep, reasoning: str) -> Observation:
-        if step.tool == LIST_TOOLS:
-            text = catalogue(self.instance.list_tools())
-            self.trajectory.turns.append(TurnRecord(index=index, step=step, observation=text,
-                                                    reasoning=reasoning))
-            return Observation(text, False, whole=True)
-        parsed = meta_call(step.arguments)
-        if isinstance(parsed, str):
-            text = not_executed(parsed)
-            self.trajectory.turns.append(TurnRecord(
-                index=index, step=step, observation=text, is_error=True, reasoning=reasoning))
-            return Observation(text, True)
-        name, arguments = parsed
-        called = await self._bounded(lambda: self.instance.call_tool(name, arguments),
-                                     describe="tool call",
-                                     inline=self.instance.runs_inline(name))
-        text, error = (called, True) if isinstance(called, str) else (called.text,
-                                                                       called.is_error)
-        self.trajectory.turns.append(TurnRecord(index=index, step=step, observation=text,
-                                                is_error=error, reasoning=reasoning))
-        return Observation(text, error)
+    async def execute(self, action: Action, reasoning: str) -> Observation:
+        """Execute one action (``worldenv.protocol.execute``) under the timeout and record
+        its turn. What does not act on the world (the answer, the catalogue, a refusal)
+        is done at once."""
+        if isinstance(action, AnswerAction | ListToolsAction | Unexecutable):
+            return self._record(action, execute(self.instance, action), reasoning)
+        done = await self._bounded(lambda: execute(self.instance, action),
+                                   describe=describe(action),
+                                   inline=runs_inline(self.instance, action))
+        if isinstance(done, str):  # the timeout's message
+            done = Shown(text=done, is_error=True)
+        return self._record(action, done, reasoning)
+
+    def _record(self, action: Action, shown: Shown, reasoning: str) -> Observation:
+        self.trajectory.turns.append(turn_of(len(self.trajectory.turns), step_of(action),
+                                             shown, reasoning))
+        if shown.done:
+            self.trajectory.answer = shown.answer
+            self.trajectory.stopped = "answer"
+        note = None
+        if isinstance(action, GuiAction) and shown.screenshot is not None:
+            note = screenshot_note(screenshot_caption(action.action, shown.text))
+        return Observation(shown.text, shown.is_error, note, whole=shown.whole)
 
     async def _bounded(self, work: Callable[[], T], *, describe: str,
                        inline: bool = False) -> T | str:
@@ -382,15 +359,6 @@ class Graded:
     verdict: Verdict | None  # None: the verifier could not run
     interfaces: list[str]
     grading_error: str | None
-
-
-def _describe(step: Step) -> str:
-    """What timed out, in the gateway's words (``worldenv.protocol.observation.timed_out``)."""
-    if isinstance(step, ShellStep):
-        return "shell command"
-    if isinstance(step, GuiStep):
-        return "GUI action"
-    return "tool call" if isinstance(step, ToolStep) else "answer"
 
 
 __all__ = [

@@ -15,8 +15,8 @@ A run lives in one folder::
                              day plans (plans/day-<N>.json, ``synth day --plan-only``)
                              and days (days/day-<N>.json: the implementation's attempts)
     apps/<service>.json      the app library: apps days wrote for services no app served
-                             (``synth.applib``), for later days and personas
-    skills.jsonl             the skill library (``synth.skills``): what stored days showed
+                             (``synth.worlds.applib``), for later days and personas
+    skills.jsonl             the skill library (``synth.worlds.skills``): what stored days showed
                              and what refused days and tasks taught
     tasks/<persona>/<id>.json  every task rank of ``synth tasks``: its candidate, the
                              diversity gate's decision, the gates' rounds (the funnel)
@@ -66,24 +66,12 @@ from gates.judges import AgentJudge, CodeJudge
 from gates.quality import Judges
 from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
-from synth.applib import add_to_library, library_tools, read_library
-from synth.database import ScenarioSpec
+from synth.environments.database import ScenarioSpec
+from synth.environments.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
+from synth.environments.scenarios import expand, read_scenarios, read_seeds
+from synth.environments.verifiers import gate_feedback
 from synth.errors import BudgetSpent, SynthError
-from synth.explore import STAGE as EXPLORE_STAGE
-from synth.explore import Exploration, explore
-from synth.implement import DayOutcome, implement_day
-from synth.personas import (
-    BibleOut,
-    accounts_file,
-    signature,
-    synthesize_persona,
-)
-from synth.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
-from synth.plans import PlanOut, PlanStage, WorldFacts, world_facts
 from synth.prompts import ENV_STAGES, versions
-from synth.scenarios import expand, read_scenarios, read_seeds
-from synth.setup import setup_lines
-from synth.skills import MAX_LESSONS, add_skills, lesson, read_skills, retrieve
 from synth.stage import (
     MAX_ATTEMPTS,
     Budget,
@@ -95,8 +83,20 @@ from synth.stage import (
     run_stage,
     write_atomically,
 )
-from synth.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
-from synth.verifiers import gate_feedback
+from synth.worlds.applib import add_to_library, library_tools, read_library
+from synth.worlds.explore import STAGE as EXPLORE_STAGE
+from synth.worlds.explore import Exploration, explore
+from synth.worlds.implement import DayOutcome, implement_day
+from synth.worlds.personas import (
+    BibleOut,
+    accounts_file,
+    signature,
+    synthesize_persona,
+)
+from synth.worlds.plans import PlanOut, PlanStage, WorldFacts, world_facts
+from synth.worlds.setup import setup_lines
+from synth.worlds.skills import MAX_LESSONS, add_skills, lesson, read_skills, retrieve
+from synth.worlds.tasks import Slot, TasksJob, ensemble, funnel, read_records, synthesize_tasks
 from worldenv.instances.instance import Environment
 from worldllm.client import LLMClient, Mode
 from worldllm.errors import RecordingMissing
@@ -305,7 +305,7 @@ def _run_scenarios(folder: Path, ctx: Context, command: Command, settings: Setti
 
 def synth_persona(folder: Path, settings: Settings, hint: str | None = None
                   ) -> dict[str, Any]:
-    """``synth persona``: one persona bible (``synth.personas``), judged for diversity
+    """``synth persona``: one persona bible (``synth.worlds.personas``), judged for diversity
     against the run's accepted personas; an accepted one goes to RUN/personas/."""
     _, ctx = open_run(folder, settings)
     if not ctx.client.configured:
@@ -356,7 +356,7 @@ def _run_persona(folder: Path, ctx: Context, command: Command) -> dict[str, Any]
 
 def synth_plan(folder: Path, settings: Settings, persona: str, day: int,
                open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
-    """``synth day --plan-only``: the plan of `persona`'s day `day` (``synth.plans``), from
+    """``synth day --plan-only``: the plan of `persona`'s day `day` (``synth.worlds.plans``), from
     its bible, its earlier plans and what the store holds of its world before that day
     (`open_worlds(create=False)`: a store not made yet holds nothing yet)."""
     _bible(folder, persona)  # refuse a persona the run has not accepted, first
@@ -433,7 +433,7 @@ def _run_plan(folder: Path, ctx: Context, command: Command,
 def synth_day(folder: Path, settings: Settings, persona: str, day: int,
               open_worlds: Callable[..., Worlds]) -> dict[str, Any]:
     """``synth day``: day `day` of `persona`'s world, planned when it has no plan yet, then
-    implemented by the coding agent, validated and stored (``synth.implement``). Day 0,
+    implemented by the coding agent, validated and stored (``synth.worlds.implement``). Day 0,
     the world's set-up, is stored first when the store has no day of the persona."""
     if settings.model is None:  # said before anything is checked or written
         return {"status": NOT_RUN_NO_MODEL}
@@ -560,7 +560,7 @@ def synth_tasks(folder: Path, settings: Settings, persona: str, days: list[int],
                 ) -> dict[str, Any]:
     """``synth tasks``: `count` tasks per slot (a day and a difficulty) on `persona`'s
     world, through proposal, the diversity gate, ensemble rollouts and the five gates with
-    revisions (``synth.tasks``); accepted ones into the run's pack."""
+    revisions (``synth.worlds.tasks``); accepted ones into the run's pack."""
     if settings.model is None:  # said before anything is checked or written
         return {"status": NOT_RUN_NO_MODEL}
     _bible(folder, persona)

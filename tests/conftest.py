@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import rl_extra_venv
 import sqlalchemy as sa
 
-DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
+if TYPE_CHECKING:
+    from replay import Worlds
+
+DEMO_WORLD = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world"
+DEMO_JSONL = DEMO_WORLD / "lars.jsonl"
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected
@@ -91,3 +97,33 @@ def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
     for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def demo_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo pack's two worlds (``lars``, ``nora``) imported once per session into a
+    SQLite store that no test writes to: ``demo_store`` hands out copies."""
+    from replay import Worlds
+
+    root = tmp_path_factory.mktemp("demo-template") / "store"
+    with Worlds.open(root) as worlds:
+        for log in ("lars.jsonl", "nora.jsonl"):
+            worlds.import_file(DEMO_WORLD / log)
+    return root
+
+
+@pytest.fixture(scope="module")
+def demo_store(demo_store_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the demo store for one test module (a file copy, not an import)."""
+    dest = tmp_path_factory.mktemp("demo") / "store"
+    shutil.copytree(demo_store_template, dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def demo_worlds(demo_store: Path) -> Iterator[Worlds]:
+    """The module's copy of the demo store, open."""
+    from replay import Worlds
+
+    with Worlds.open(demo_store) as worlds:
+        yield worlds

@@ -79,7 +79,7 @@ def run_script(run: Path, script: str = "launch.sh", cwd: Path | None = None
              for line in env_file.read_text(encoding="utf-8").splitlines()]
     env_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHON", "MODEL", "AGENT_WORLDS_STORE", "AGENT_WORLDS_PACKS")}
+           if k not in ("PYTHON", "MODEL", "WORLDCTL_STORE", "WORLDCTL_PACKS")}
     done = subprocess.run(["bash", str(run / script)], cwd=cwd or run.parent, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

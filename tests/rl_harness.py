@@ -33,7 +33,7 @@ DEMO_JSONL = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world"
 
 @contextlib.contextmanager
 def demo_store(folder: Path) -> Iterator[Path]:
-    """A store of the demo world in `folder`, named by AGENT_WORLDS_STORE (as a training
+    """A store of the demo world in `folder`, named by WORLDCTL_STORE (as a training
     node's environment names it) while in use; this process's runtimes dropped after."""
     location = folder / "store"
     worlds = Worlds.open(location)

@@ -6,8 +6,6 @@ TransferQueue's controller and storage units, and one batch run through our V1 w
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,20 +16,9 @@ from omegaconf import DictConfig
 from rl_harness import ScriptedServer
 from tensordict import TensorDict
 
+from rl.local_cluster import transfer_queue_cluster
 
-@contextlib.contextmanager
-def transfer_queue_cluster(**ray_init: Any) -> Iterator[None]:
-    """A local Ray cluster with TransferQueue started in it. Its storage units ask Ray for
-    CPUs: logical ones beyond the machine's two (verl-cpu.md: with 2, placement hangs)."""
-    import ray
-
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, **ray_init)
-    tq.init()
-    try:
-        yield
-    finally:
-        tq.close()
-        ray.shutdown()
+__all__ = ["Run", "transfer_queue_cluster", "values"]
 
 
 class Run:

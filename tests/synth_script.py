@@ -195,7 +195,7 @@ ws = awsdk.worlds()
 awsdk.result(answer_names_dune=awsdk.contains(ws.answer, "Dune"))
 '''
 BORROW_ANSWER_ONLY = {**BORROW_OK, "verifier": VERIFY_ANSWER_ONLY}
-REVISION = "the quality gates rejected the task"  # synth.verifiers.REVISION_HEAD
+REVISION = "the quality gates rejected the task"  # synth.environments.verifiers.REVISION_HEAD
 RETURN_OK = _verifier(VERIFY_RETURN, [
     {"tool": "list_loans", "arguments": {}},
     {"tool": "return_book", "arguments": {"loan_id": 2}}], "Neuromancer is returned.")

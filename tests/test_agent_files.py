@@ -30,7 +30,7 @@ from worldctl.main import cli
 from worldenv.core.episode import FileChange, ShellCall, apply_effects
 from worldenv.core.workspace import WorkspaceLimits
 from worldenv.instances.instance import Environment, Instance
-from worldenv.sandbox import Limits
+from worldenv.sandbox.contract import Limits
 from worldstore.errors import ConfigError
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"

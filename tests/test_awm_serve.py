@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,13 +37,14 @@ from worldenv.awm.host import (
     operation_ids,
     route_count,
 )
+from worldenv.awm.shipping import ADAPTER, adapter_source
 from worldenv.core.contract import CallClock
 from worldenv.core.episode import DbChange, ToolCall
 from worldenv.errors import AppPinError
 from worldenv.instances.checker import check_determinism
 from worldenv.instances.episodes import replay_episode
 from worldenv.instances.instance import Environment, Instance
-from worldenv.sandbox import find_sandbox_tools
+from worldenv.sandbox.bubblewrap import find_sandbox_tools
 from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 from worldenv.serving.gateway import Gateway
 from worldenv.serving.mcp import instance_server
@@ -315,6 +318,17 @@ def test_a_world_pinning_another_adapter_is_refused(tmp_path: Path) -> None:
         worlds.import_file(log)
         with pytest.raises(AppPinError, match=r"AWM adapter awm 1\.0\.0 \(0{32}\)"):
             env.open("pin@0")
+
+
+def test_an_adapter_folder_with_an_extra_module_is_refused(tmp_path: Path) -> None:
+    # The digest pins ADAPTER_MODULES only: a module beside them would run unpinned.
+    copy = tmp_path / "adapter"
+    shutil.copytree(ADAPTER, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert adapter_source(copy) == adapter_source()
+    (copy / "extra.py").write_text("VALUE = 1\n", encoding="utf-8")
+    with pytest.raises(AppPinError, match=rf"the AWM adapter at {re.escape(str(copy))} holds "
+                       r"__init__\.py, app\.py, dbapi\.py, extra\.py,"):
+        adapter_source(copy)
 
 
 # --- content_platform_1: AWM's own generated server --------------------------------------

@@ -177,9 +177,9 @@ def test_rl_config_writes_a_run_folder_that_starts(store: str, tmp_path: Path) -
                                 "run.env", "train.parquet", "val.parquet"]
     assert (summary["preset"], summary["gpus"], summary["warm_start"]) == ("wildawm", 1, False)
     env = (run / "run.env").read_text()
-    assert f"AGENT_WORLDS_STORE={Path(store).resolve()}\n" in env
+    assert f"WORLDCTL_STORE={Path(store).resolve()}\n" in env
     assert f"PYTHON={sys.executable}\n" in env and f"MODEL={SHORT}\n" in env
-    assert "AGENT_WORLDS_PACKS" not in env  # a shipped pack
+    assert "WORLDCTL_PACKS" not in env  # a shipped pack
     assert os.access(run / "launch.sh", os.X_OK)
     (call,) = run_script(run)
     cfg = composed(trainer_words(call))
@@ -251,5 +251,5 @@ def test_a_pack_outside_the_package_is_found_by_the_loop(store: str, tmp_path: P
                     "--train", str(out), "--val", str(val), "--out", str(tmp_path / "run"))
     assert result.exit_code == 0, result.stderr
     env = (tmp_path / "run" / "run.env").read_text()
-    assert f"AGENT_WORLDS_PACKS={tmp_path / 'packs'}\n" in env
+    assert f"WORLDCTL_PACKS={tmp_path / 'packs'}\n" in env
     assert "packs_dir" not in (tmp_path / "run" / "launch.sh").read_text()

@@ -54,11 +54,9 @@ class Graded:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
-    with Worlds.open(tmp_path_factory.mktemp("demo-tasks") / "store") as worlds:
-        worlds.import_file(DEMO)
-        with Environment(worlds) as environment:
-            yield environment
+def env(demo_worlds: Worlds) -> Iterator[Environment]:
+    with Environment(demo_worlds) as environment:
+        yield environment
 
 
 def _world_hash(world: Path) -> str:

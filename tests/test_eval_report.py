@@ -250,7 +250,7 @@ def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     page = files.html.read_text()
     assert page.startswith("<!DOCTYPE html>")
     assert nasty not in page and "<img" not in page
-    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;|&amp;amp;" in page
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;|&amp;amp;" in page
     for banned in ("<script", "http://", "https://", "url(", "<link", "src=", "@import"):
         assert banned not in page.replace("&lt;img src=x", ""), banned
     assert page.count("<svg") == 5 and "<style>" in page
@@ -280,20 +280,26 @@ def test_charts_escape_text_and_handle_no_data() -> None:
 # --- comparing runs --------------------------------------------------------------------------
 
 
-def test_comparison_marks_a_big_difference_better_and_a_twin_noise(run_a: Path,
-                                                                   tmp_path: Path) -> None:
-    all_pass = {task: (d, i, "SSSS") for task, (d, i, _) in RUN_A.items()}
+# RUN_A twice over: six tasks, as many as a verdict needs (eval.metrics.min_tasks), with
+# RUN_A's rates; only the counts of METRICS_A double.
+RUN_A6 = {**RUN_A, **{f"{task}-2": spec for task, spec in RUN_A.items()}}
+METRICS_A6 = {**METRICS_A, "trials": 24, "tasks": 6, "trials_lost": 2}
+
+
+def test_comparison_marks_a_big_difference_better_and_a_twin_noise(tmp_path: Path) -> None:
+    base = _run_dir(tmp_path, "base", _results("run-a", RUN_A6, METRICS_A6))
+    all_pass = {task: (d, i, "SSSS") for task, (d, i, _) in RUN_A6.items()}
     better = _run_dir(tmp_path, "better", _results(
         "run-b", all_pass, {"success_rate": 1.0, "avg_reward": 1.0,
                             "pass^k": {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0}}))
-    twin = _run_dir(tmp_path, "twin", _results("run-a2", RUN_A, METRICS_A))
+    twin = _run_dir(tmp_path, "twin", _results("run-a2", RUN_A6, METRICS_A6))
     out = tmp_path / "cmp"
-    comparison = write_comparison([run_a, better, twin], html=out / "c.html", md=out / "c.md")
+    comparison = write_comparison([base, better, twin], html=out / "c.html", md=out / "c.md")
     verdicts = {(d.run, d.metric): d.verdict for d in comparison.deltas}
     assert verdicts == {("better", "success_rate"): "better", ("better", "avg_reward"): "better",
                         ("twin", "success_rate"): "noise", ("twin", "avg_reward"): "noise"}
     gain = next(d for d in comparison.deltas if d.run == "better" and d.metric == "success_rate")
-    assert gain.delta == pytest.approx(0.5) and gain.low > 0 and gain.tasks == 3
+    assert gain.delta == pytest.approx(0.5) and gain.low > 0 and gain.tasks == 6
     twin_delta = next(d for d in comparison.deltas if d.run == "twin")
     assert (twin_delta.delta, twin_delta.low, twin_delta.high) == (0.0, 0.0, 0.0)
 
@@ -302,13 +308,22 @@ def test_comparison_marks_a_big_difference_better_and_a_twin_noise(run_a: Path,
     assert "| Metric | base (baseline) | better | Δ better | twin | Δ twin |" in text
     assert "| Success rate | 50.0% | 100.0% | +50.0 pts | 50.0% | +0.0 pts |" in text
     assert "| pass^2 | 22.2% | 100.0% | +77.8 pts | 22.2% | +0.0 pts |" in text
-    assert "| better | Success rate | 3 | 50.0% | 100.0% | +50.0 pts |" in text
-    assert "| twin | Success rate | 3 | 50.0% | 50.0% | +0.0 pts | +0.0 to +0.0 pts | noise |" \
+    assert "| better | Success rate | 6 | 50.0% | 100.0% | +50.0 pts |" in text
+    assert "| twin | Success rate | 6 | 50.0% | 50.0% | +0.0 pts | +0.0 to +0.0 pts | noise |" \
         in text
+    assert '"too few tasks for a verdict" when fewer than 6 of the shared tasks differ' in text
     assert "## Plots" not in text  # only in the HTML: the comparison writes no plot files
     page = (out / "c.html").read_text()
     assert "<script" not in page and "http" not in page and page.count("<svg") == 2
-    assert write_comparison([run_a, better, twin], html=None, md=None).markdown == text
+    assert write_comparison([base, better, twin], html=None, md=None).markdown == text
+
+
+def test_comparison_of_three_tasks_gives_no_verdict(run_a: Path, tmp_path: Path) -> None:
+    all_pass = {task: (d, i, "SSSS") for task, (d, i, _) in RUN_A.items()}
+    better = _run_dir(tmp_path, "better", _results("run-b", all_pass, {"success_rate": 1.0}))
+    comparison = write_comparison([run_a, better], html=None, md=None)
+    assert {d.verdict for d in comparison.deltas} == {"too few tasks for a verdict (n=3)"}
+    assert "| better | Success rate | 3 | 50.0% | 100.0% | +50.0 pts |" in comparison.markdown
 
 
 def test_comparison_notes_tasks_not_shared(run_a: Path, tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from gates.quality import GateRun, Judges, apply_gates, check_task
 from gates.rollout import scripted_rollouts
 from gates.task import Task, load_task
 from replay.engine import Worlds
-from synth.reviewer import LLMReviewer
-from synth.validate_day import validate_day
+from synth.worlds.reviewer import LLMReviewer
+from synth.worlds.validate_day import validate_day
 from worldenv.instances.instance import Environment
 from worldllm.client import LLMClient
 
@@ -73,11 +73,9 @@ CAVING = [
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
-    with Worlds.open(tmp_path_factory.mktemp("judged") / "store") as worlds:
-        worlds.import_file(DEMO)
-        with Environment(worlds) as environment:
-            yield environment
+def env(demo_worlds: Worlds) -> Iterator[Environment]:
+    with Environment(demo_worlds) as environment:
+        yield environment
 
 
 @pytest.fixture(scope="module")

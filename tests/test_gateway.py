@@ -259,6 +259,69 @@ def test_bad_requests_get_clear_errors(rest: httpx2.Client) -> None:
     assert rest.get("/elsewhere").status_code == 404
 
 
+def test_a_malformed_body_names_its_field_and_what_the_body_is(rest: httpx2.Client) -> None:
+    """Bodies are decoded into Structs: a refusal names the field and the body's shape."""
+    for body, words in (({"world": "lars@7", "agent": 5}, ("agent must be a string",)),
+                        ({"world": "lars@7", "shell": "yes"}, ("shell must be true or false",)),
+                        ({"world": "lars@7", "max_steps": 0}, ("max_steps", ">= 1")),
+                        ({"world": "lars@7", "colour": "red"}, ("unknown field", "colour")),
+                        ([1], ("the body must be an object",))):
+        refused = rest.post("/instances", json=body)
+        assert_refused(refused, 400)
+        message = refused.json()["error"]
+        assert '"max_steps": int' in message and "\n" not in message, message
+        for word in words:
+            assert word in message, (body, message)
+    made = create(rest)
+    missing = rest.post(f"/instances/{made['id']}/shell", json={})
+    assert_refused(missing, 400)
+    assert "missing field 'command'" in missing.json()["error"]
+    # Methods a route does not take: 405 naming them in order, HEAD included (not implied).
+    for method, path, allowed in (("HEAD", "/healthz", "GET"), ("PUT", "/instances", "GET, POST"),
+                                  ("GET", f"/instances/{made['id']}/reset", "POST")):
+        response = rest.request(method, path)
+        assert response.status_code == 405 and response.headers["allow"] == allowed, method
+    assert rest.delete(f"/instances/{made['id']}").status_code == 200
+
+
+def test_slashes_around_a_path_name_the_same_endpoint(rest: httpx2.Client) -> None:
+    """Answered, not redirected; an instance's page keeps its slash (its ``/``)."""
+    made = create(rest)
+    assert rest.get("/healthz/").json()["ok"]
+    listed = rest.get("/instances/")
+    assert listed.status_code == 200 and made["id"] in listed.text
+    assert rest.get(f"/instances/{made['id']}/hash/").json()["changed"] is False
+    page = rest.get(f"/instances/{made['id']}/gui/")  # a page, of an instance without GUI
+    assert page.status_code == 409 and "without the GUI" in page.json()["error"]
+    assert rest.delete(f"/instances/{made['id']}/").status_code == 200
+
+
+def test_the_http_reference_shows_every_route_and_body_field() -> None:
+    from starlette.routing import Route
+
+    from worldenv.serving.gateway import ROUTES
+    from worldenv.serving.http import fields_of, methods_of
+    from worldenv.serving.reference import http_reference_markdown
+
+    text = http_reference_markdown()
+    routes = [r for r in ROUTES if isinstance(r, Route)]
+    assert len(routes) == len(ROUTES) >= 20
+    for route in routes:
+        methods = methods_of(route)
+        title = ", ".join(methods) if methods != ("*",) else "any method"
+        assert f"### `{title} {route.path_format}`" in text, route.path
+        for body in getattr(route, "bodies", ()):
+            assert f"`{body.__name__}`" in text
+            for field in fields_of(body):
+                assert f"| `{field.encode_name}` |" in text, (body, field.name)
+    for path in ("/instances", "/instances/{iid}/openenv/step", "/instances/{iid}/gui/{target}",
+                 "/instances/{iid}/mcp"):
+        assert f" {path}`" in text
+    # Rendered from the routes it is given, not from a text kept beside them.
+    assert "/healthz" in http_reference_markdown(routes[:1])
+    assert "/tasks" not in http_reference_markdown(routes[:1])
+
+
 def test_open_binds_need_a_token(env: Environment) -> None:
     with pytest.raises(GatewayError, match="without a bearer token"):
         serve(env, host="0.0.0.0")

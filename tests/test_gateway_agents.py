@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx2
 import pytest
+from asgi_server import served
 from fastmcp import Client
-from test_gateway import assert_refused, served
+from test_gateway import assert_refused
 
 from gates.contract import AnswerStep, ShellStep, Step, ToolStep
 from gates.rollout import verify_episode_of_task

@@ -29,10 +29,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store")) as w:
-        w.import_file(DEMO)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds
 
 
 @pytest.fixture(scope="module")

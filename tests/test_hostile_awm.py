@@ -1,4 +1,4 @@
-"""Generated AWM code is deterministic, or refused, or caught (issue 26, class 3).
+"""Generated AWM code is deterministic, or refused, or caught (hardening, class 3).
 
 Hostile probes, each an AWM route that reads one source of time or entropy and writes
 what it read into the world (``probes``), in three scenarios imported with the AWM importer
@@ -33,7 +33,7 @@ from worldctl.main import cli
 from worldenv.core.contract import CallClock
 from worldenv.instances.checker import CheckReport, check_carried_tools
 from worldenv.instances.instance import Environment
-from worldenv.sandbox import find_sandbox_tools
+from worldenv.sandbox.bubblewrap import find_sandbox_tools
 from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 try:

@@ -1,4 +1,4 @@
-"""Folders someone hands over are data (issue 26, class 5): one corpus of attacks, swept
+"""Folders someone hands over are data (hardening, class 5): one corpus of attacks, swept
 over every command that takes a folder.
 
 Each case plants one thing in a folder a command is given (a run folder, a pack, a pack

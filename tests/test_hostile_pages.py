@@ -1,4 +1,4 @@
-"""Hostile pages (issue 26, class 6): world values never become HTML, screenshots are a
+"""Hostile pages (hardening, class 6): world values never become HTML, screenshots are a
 function of the world, a page served for one gateway instance cannot act on another, and
 one client cannot fill the host with GUI instances.
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import html
 import io
 import json
 import re
@@ -48,7 +47,7 @@ from cdp import Browser as PersonBrowser
 from replay import Worlds
 from worldctl.ui import WorldsUI
 from worldenv.gui.browser import Browser, Intercepted, Served
-from worldenv.gui.site import Page, PageContext, Site
+from worldenv.gui.site import Page, PageContext, Site, esc
 from worldenv.instances.episodes import save_episode
 from worldenv.instances.instance import Environment, Instance
 from worldenv.serving.gateway import Gateway
@@ -92,7 +91,7 @@ def payload(marker: str) -> str:
 
 
 def shown(marker: str) -> str:
-    return f"data-pwn=&quot;{marker}&quot;"
+    return f"data-pwn=&#34;{marker}&#34;"
 
 
 @pytest.fixture(scope="module")
@@ -426,14 +425,17 @@ def _crawl_ui(ui: httpx2.Client) -> dict[str, str]:
     return pages
 
 
-MARKUP_MAKERS = {"__add__", "__radd__", "join", "esc", "markup", "_page"}  # worldenv/gui/site.py
-SITE_SOURCES = sorted([ROOT / "envs" / "site.py", *(ROOT / "envs" / "sites").glob("*.py")])
+MARKUP_MAKERS = {"render", "_page"}  # worldenv/gui/site.py: Markup of what Jinja2 escaped
+SITE_SOURCES = sorted([ROOT / "worldenv" / "gui" / "site.py",
+                       *(ROOT / "worldenv" / "sites").glob("*.py")])
+SITE_TEMPLATES = sorted([*(ROOT / "worldenv" / "gui" / "templates").glob("*.html"),
+                         *(ROOT / "worldenv" / "sites" / "templates").rglob("*.html")])
 
 
 @pytest.mark.parametrize("source", SITE_SOURCES, ids=lambda p: p.name)
 def test_the_sites_build_html_only_through_markup(source: Path) -> None:
     """No f-string or %-format writes HTML, and ``Markup(...)`` (HTML as it is) takes only
-    a literal: every value reaches a page through ``markup``, which escapes it."""
+    a literal: every value reaches a page through a template, which escapes it."""
     tree = ast.parse(source.read_text(encoding="utf-8"))
     # The escaping layer itself makes Markup of what it escaped, and the page of a body.
     trusted = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
@@ -449,6 +451,16 @@ def test_the_sites_build_html_only_through_markup(source: Path) -> None:
                     isinstance(arg, ast.IfExp) and isinstance(arg.body, ast.Constant)
                     and isinstance(arg.orelse, ast.Constant))
                 assert is_literal, (source.name, node.lineno, ast.unparse(arg))
+
+
+def test_the_templates_never_turn_autoescape_off() -> None:
+    """Every page is a template rendered with autoescape: none says a value is safe HTML
+    or switches escaping off."""
+    assert len(SITE_TEMPLATES) > 10
+    for template in SITE_TEMPLATES:
+        text = template.read_text(encoding="utf-8")
+        for banned in ("|safe", "| safe", "autoescape", "Markup"):
+            assert banned not in text, (template.name, banned)
 
 
 # --- (B) a screenshot is a function of the page --------------------------------------------
@@ -741,4 +753,4 @@ def test_gui_caps_are_checked_when_the_gateway_is_made(worlds: Worlds) -> None:
 
 
 def test_html_escape_is_what_pages_use() -> None:
-    assert shown("x") == html.escape('data-pwn="x"')
+    assert shown("x") == esc('data-pwn="x"')

@@ -1,5 +1,5 @@
 """Sandboxes of different roles cannot starve each other; the snapshot cache is untouchable
-(issue 26, class 2). Real bubblewrap, real app workers, real verifier runs, real Chromium.
+(hardening, class 2). Real bubblewrap, real app workers, real verifier runs, real Chromium.
 
 **Process hoarders.** Each role's sandbox has a process limit counted for it alone
 (``worldenv.sandbox``). A hoarder in each role (an agent shell, a carried app's tool call, a
@@ -46,7 +46,9 @@ from gates.verifier import VERIFIER_LIMITS, run_verifier
 from replay import Worlds
 from worldenv.gui.browser import BROWSER_MAX_PROCS, Browser
 from worldenv.instances.instance import Environment, Instance
-from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.choice import default_sandbox
+from worldenv.sandbox.contract import Limits
 from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 REPO = Path(__file__).resolve().parent.parent

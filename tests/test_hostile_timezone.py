@@ -1,4 +1,4 @@
-"""Nothing reaches the host's time zone, however a modifier is spelt (issue 26, class 4).
+"""Nothing reaches the host's time zone, however a modifier is spelt (hardening, class 4).
 
 SQLite's date functions convert with the host's time zone (TZ, /etc/localtime) for the
 'localtime' and 'utc' modifiers as SQLite reads them: a text up to its first NUL, in any
@@ -62,7 +62,8 @@ from replay.layout import service_db
 from worldenv.core.app import App, ToolContext
 from worldenv.core.episode import apply_effects
 from worldenv.instances.instance import Environment
-from worldenv.sandbox import BubblewrapSandbox, default_sandbox
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.choice import default_sandbox
 from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 from worldstore.events import SqlPayload, StoredEvent
 

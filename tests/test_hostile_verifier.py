@@ -1,4 +1,4 @@
-"""Hostile verifier jobs against verifier servers (issue 26, class 1): nothing a job does
+"""Hostile verifier jobs against verifier servers (hardening, class 1): nothing a job does
 changes the verdict of a later job, nor the driver itself.
 
 A server (``gates.verifier_server``) runs job after job in one sandbox. Each case of the
@@ -54,7 +54,9 @@ from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.files import chmod_tree
 from worldenv.instances.instance import Environment
-from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.choice import default_sandbox
+from worldenv.sandbox.contract import Limits
 
 LIMITS = Limits(timeout_s=5, cpu_s=3, memory_mib=512, max_procs=48,
                 max_output_bytes=64 * 1024, max_file_mib=4, tmp_mib=8)
@@ -160,7 +162,7 @@ finally:
     sys.path[:] = _saved
 sys.modules[_name] = _real
 globals().update({k: v for k, v in vars(_real).items() if not k.startswith("__")})
-_aw = sys.modules.get("awsdk")
+_aw = sys.modules.get("awdriver")
 if _aw is not None and hasattr(_aw, "_Driver"):
     _record = _aw._Driver._record
     def _forge(self, child, _record=_record):
@@ -240,9 +242,9 @@ def _compiled(source: str) -> bytes:
 CORPUS = [
     # modules: names the driver imported late (select, binascii, and resource, which
     # os.wait4 imports), names scripts import late (difflib), ones already loaded (csv,
-    # json) and the SDK itself; a module, a package, a sourceless .pyc
+    # json) and the SDK and its driver themselves; a module, a package, a sourceless .pyc
     *[_shadow(name) for name in ("select", "binascii", "resource", "difflib", "csv",
-                                 "awsdk", "atexit", "types")],
+                                 "awsdk", "awdriver", "atexit", "types")],
     _shadow("select", form="package"),
     _shadow("json", form="package"),
     _shadow("binascii", form="pyc"),

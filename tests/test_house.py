@@ -36,6 +36,40 @@ MAY_IMPORT: dict[str, set[str]] = {
 PACKAGES = set(MAY_IMPORT)
 ONLY_IN_RL = {"verl", "torch"}
 
+# Rooms inside a package (its subpackages and top-level modules): room -> the rooms of the
+# same package it may import. The package's own ``__init__`` is open to every room.
+ROOMS: dict[str, dict[str, set[str]]] = {
+    "worldenv": {
+        "errors": set(),
+        "core": {"errors"},  # the contract, apps, dispatch, episodes, workspaces
+        "sandbox": {"errors", "core"},  # process isolation; the app workers run core's apps
+        "gui": {"errors", "core", "sandbox"},  # the page framework and the browser
+        "apps": {"errors", "core", "gui"},  # a persona's apps
+        "sites": {"errors", "core", "gui", "apps"},  # their pages, read through the apps
+        "awm": {"errors", "core", "sandbox"},  # the AWM adapter and its host side
+        "instances": {"errors", "core", "sandbox", "gui", "apps", "sites"},
+        "protocol": {"errors", "core", "sandbox", "gui", "apps", "sites", "instances"},
+        "serving": {"errors", "core", "sandbox", "gui", "apps", "sites", "awm", "instances",
+                    "protocol"},  # every network surface
+    },
+    "synth": {
+        "errors": set(),
+        "prompts": {"errors"},
+        "stage": {"errors", "prompts"},  # the shared stage framework
+        "environments": {"errors", "prompts", "stage"},  # the AWM environment pipeline
+        # the persona-world pipeline; from the other one only ``ROOM_CROSSINGS``
+        "worlds": {"errors", "prompts", "stage"},
+        "runs": {"errors", "prompts", "stage", "environments", "worlds"},  # drives both
+    },
+}
+# Modules one room takes from a room its rules do not open, and why.
+ROOM_CROSSINGS: dict[tuple[str, str], str] = {
+    ("synth.worlds.applib", "synth.environments.appgen"):
+        "a library app passes the same smoke check as an environment's app",
+    ("synth.worlds.tasks", "synth.environments.verifiers"):
+        "a task's verifier is gated with the same feedback as an environment's",
+}
+
 
 @dataclass(frozen=True)
 class Import:
@@ -131,6 +165,63 @@ def test_data_flows_one_way_between_packages() -> None:
              if _package(i.target) in PACKAGES and _package(i.target) != _package(i.module)
              and _package(i.target) not in MAY_IMPORT[_package(i.module)]]
     assert not wrong, "imports against the direction of the house:\n" + "\n".join(wrong)
+
+
+def _room(module: str) -> str | None:
+    """The room of a module inside its package; None for the package's own ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("package", sorted(ROOMS))
+def test_every_room_has_its_rules(package: str) -> None:
+    found = {room for m in MODULES if _package(m) == package and (room := _room(m))}
+    assert found == set(ROOMS[package]), (
+        f"rooms of {package} without rules: {sorted(found - set(ROOMS[package]))}; "
+        f"rules without a room: {sorted(set(ROOMS[package]) - found)}")
+
+
+def room_violations(imports: list[Import], package: str) -> list[str]:
+    """The imports inside `package` that go against ``ROOMS``, in words."""
+    rules = ROOMS[package]
+    wrong = []
+    for i in imports:
+        if _package(i.module) != package or _package(i.target) != package:
+            continue
+        room, target = _room(i.module), _room(i.target)
+        if room is None or target is None or target == room or target in rules[room]:
+            continue
+        if (i.module, i.target) in ROOM_CROSSINGS:
+            continue
+        wrong.append(f"{i.where}: {package}.{room} imports {i.target}")
+    return wrong
+
+
+@pytest.mark.parametrize("package", sorted(ROOMS))
+def test_data_flows_one_way_between_rooms(package: str) -> None:
+    wrong = room_violations(ALL_IMPORTS, package)
+    assert not wrong, "imports against the direction of the rooms:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module, target, allowed", [
+    ("worldenv.gui.site", "worldenv.core.app", True),
+    ("worldenv.core.app", "worldenv.gui.site", False),
+    ("worldenv.sandbox.workers", "worldenv", True),  # the package itself
+    ("worldenv.awm.host", "worldenv.instances.instance", False),
+    ("synth.worlds.tasks", "synth.environments.verifiers", True),  # a crossing
+    ("synth.worlds.tasks", "synth.environments.pipeline", False),
+    ("synth.environments.pipeline", "synth.worlds.personas", False),
+    ("synth.stage", "synth.runs", False),
+])
+def test_the_room_rules_refuse_a_wrong_way_import(module: str, target: str,
+                                                  allowed: bool) -> None:
+    found = room_violations([Import(module, target, (), 1, False)], _package(module))
+    assert (not found) is allowed, found
+
+
+def test_the_room_crossings_are_still_taken() -> None:
+    taken = {(i.module, i.target) for i in ALL_IMPORTS}
+    assert set(ROOM_CROSSINGS) <= taken, set(ROOM_CROSSINGS) - taken
 
 
 def test_nothing_imports_the_command_line() -> None:
@@ -253,8 +344,10 @@ def test_the_tree_names_where_each_concern_lives() -> None:
                  "replay/fold.py",             # where replay happens
                  "replay/apply.py",            # how one event is applied
                  "replay/hashing.py",          # where a world is hashed
-                 "worldenv/core/contract.py",           # the environments' contract
-                 "worldenv/core/dispatch.py",           # where a tool call enters
+                 "worldenv/core/contract.py",  # the environments' contract
+                 "worldenv/core/dispatch.py",  # where a tool call enters
+                 "worldenv/sandbox/contract.py",  # what a sandbox promises
+                 "synth/stage.py",             # the stage framework of synthesis
                  "gates/rewards.py",           # where a reward is computed
                  "gates/verifier.py",          # where a task is verified
                  "gates/quality.py",           # the five quality gates

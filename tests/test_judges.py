@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +54,8 @@ PASSING = Verdict(checks=[Check(script="title.py", name="summary_is_the_title", 
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store")) as opened:
-        opened.import_file(DEMO)
-        yield opened
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds
 
 
 @pytest.fixture(scope="module")

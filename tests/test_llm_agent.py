@@ -26,10 +26,8 @@ TITLE = "Nordlys Studio - Fjellrommet brief"
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store")) as opened:
-        opened.import_file(DEMO)
-        yield opened
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds
 
 
 @pytest.fixture(scope="module")

@@ -297,3 +297,66 @@ def test_one_store_created_at_once_by_threads_is_created_once(tmp_path: Any) -> 
         assert raw_rows(store)["personas"]  # the one write was never overwritten by a copy
     finally:
         store.close()
+
+
+def test_the_schema_module_equals_the_migrations_head(store_location: str) -> None:
+    """``worldstore/schema.py`` is what the code reads and writes; the migrations are what
+    builds a store. Alembic's own autogenerate comparison finds no difference between a
+    store migrated to head and the schema module."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from worldstore.schema import metadata
+
+    store = open_event_store(store_location)
+    try:
+        with store.engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    finally:
+        store.engine.dispose()
+    assert diff == []
+
+
+def test_the_schema_comparison_sees_a_difference(tmp_path: Any) -> None:
+    """The comparison above can fail: a column the migrations never made is reported."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from worldstore.schema import metadata
+
+    changed = sa.MetaData()
+    for table in metadata.sorted_tables:
+        table.to_metadata(changed)
+    changed.tables["personas"].append_column(sa.Column("nickname", sa.Text()))
+    store = open_event_store(tmp_path / "store")
+    try:
+        with store.engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), changed)
+    finally:
+        store.engine.dispose()
+    assert [(d[0], d[3].name) for d in diff] == [("add_column", "nickname")]
+
+
+def test_alembic_upgrade_head_from_a_checkout(tmp_path: Any) -> None:
+    """``alembic upgrade head`` run from the repository root (its ``alembic.ini``) builds
+    the same store ``worldctl`` opens, and one refusal line names what is missing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    alembic = [sys.executable, "-m", "alembic"]
+    folder = tmp_path / "store"
+    done = subprocess.run([*alembic, "-x", f"store={folder}", "upgrade", "head"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    store = open_event_store(folder, create=False)
+    try:
+        assert revision(store) == [head_revision()]
+    finally:
+        store.engine.dispose()
+    env = {k: v for k, v in __import__("os").environ.items() if k != "WORLDCTL_STORE"}
+    refused = subprocess.run([*alembic, "upgrade", "head"], cwd=root, capture_output=True,
+                             text=True, timeout=120, env=env)
+    assert refused.returncode != 0
+    assert "error: name the store" in refused.stderr + refused.stdout

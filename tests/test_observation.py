@@ -1,12 +1,13 @@
-"""One rendering of what the model sees (``worldenv.protocol.observation``): the same actions
-through
+"""One rendering of what the model sees (``worldenv.protocol``): the same actions through
 every surface, the same bytes.
 
 The surfaces, each on its real path: the LLM agent (litellm's real call path to the
 loopback OpenAI-compatible server, whose requests are what the model was sent), the verl
-agent loop (verl's own worker, a scripted token server, the tiny local tokenizer: the
-prompts it generated from, decoded), the gateway (a real uvicorn server, the real fastmcp
-client; OpenEnv over REST) and the SFT rows (the conversation of the LLM agent's
+agent loop (verl's own worker over ``rl.world``, a scripted token server, the tiny local
+tokenizer: the prompts it generated from, decoded), the gateway (a real uvicorn server:
+MCP through the real fastmcp client, REST's ``/shell`` and OpenEnv's ``step``), a lone
+instance's MCP server (``worldenv.serving.mcp``, in memory), the Gym wrapper
+(``worldenv.serving.gym``) and the SFT rows (the conversation of the LLM agent's
 episode). The actions: tool calls that succeed and that fail (refused by the tool, and
 against its schema), shell commands (UTF-8 output, a failure, an output past the limit),
 an unknown tool, bad arguments, arguments that are not JSON; in meta mode ``list_tools``
@@ -16,7 +17,9 @@ that are not JSON).
 Where a surface cannot take an action the test says so: the RL loop stops a rollout at its
 first call that cannot be executed (WildAWM's format failure; AWM's format rules in meta
 mode), so the model is never shown one; an MCP client sends arguments as a JSON object;
-the SFT rows hold what reached the instance.
+the SFT rows hold what reached the instance; Gym, REST and OpenEnv take actions a program
+wrote (a malformed one is the program's error, not an observation), so they take the
+actions that reach the instance, and ``call_tool``'s arguments as an object.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ from worldenv.protocol.observation import (
     unknown_tool,
 )
 from worldenv.serving.gateway import Gateway
+from worldenv.serving.gym import WorldEnv
+from worldenv.serving.mcp import instance_server
 from worldllm.client import LLMClient
 
 PACK = load_pack("demo")
@@ -189,6 +194,79 @@ def create(url: str, **body: Any) -> str:
     return f"{url}{made.json()['mcp_url']}"
 
 
+def over_json(url: str, actions: list[Action]) -> tuple[list[str], list[str]]:
+    """Per action, OpenEnv's step observation as the agents show it; and per shell
+    command, REST's ``/shell`` answer the same way (a second instance of the world)."""
+    stepped = []
+    for action in actions:
+        answer = httpx2.post(f"{url}/openenv/step", json={"action": json_action(action)},
+                             timeout=60)
+        assert answer.status_code == 200, answer.text
+        seen = answer.json()["observation"]
+        stepped.append(shown(seen["text"], seen["is_error"],
+                             whole=action.name == "list_tools"))
+    rest = []
+    other = create(url.rsplit("/instances/", 1)[0], world="lars@3", shell=True)
+    base = other.removesuffix("/mcp")
+    for action in actions:
+        if action.name == "shell":
+            assert isinstance(action.arguments, dict)
+            answer = httpx2.post(f"{base}/shell", json=action.arguments, timeout=60)
+            assert answer.status_code == 200, answer.text
+            rest.append(shown(answer.json()["observation"], answer.json()["is_error"]))
+    return stepped, rest
+
+
+def json_action(action: Action) -> dict[str, Any]:
+    """An action as a program writes it for Gym and OpenEnv."""
+    assert isinstance(action.arguments, dict)
+    if action.name == "shell":
+        return {"shell": action.arguments["command"]}
+    if action.name == "list_tools":
+        return {"type": "list_tools"}
+    if action.name == "call_tool":
+        return {"type": "call_tool", **action.arguments}
+    return {"tool": action.name, "arguments": action.arguments}
+
+
+def over_gym(env: Environment, world: str, actions: list[Action]) -> list[str]:
+    """Per action, the Gym wrapper's observation as the agents show it."""
+    gym = WorldEnv(env, world, max_steps=len(actions) + 1)
+    try:
+        gym.reset()
+        seen = []
+        for action in actions:
+            observation, _reward, done, _truncated, _info = gym.step(json_action(action))
+            assert not done
+            seen.append(shown(observation["text"], observation["is_error"],
+                              whole=action.name == "list_tools"))
+        return seen
+    finally:
+        gym.close()
+
+
+def over_lone_mcp(env: Environment, world: str, actions: list[Action], mode: str
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
+    """A lone instance's MCP server (in memory) offering what the agents offer."""
+    async def run(server: Any) -> tuple[list[dict[str, Any]], list[str]]:
+        async with Client(server, timeout=60) as client:
+            offered = [{"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.input_schema}}
+                for t in await client.list_tools()]
+            seen = []
+            for action in actions:
+                assert isinstance(action.arguments, dict)
+                result = await client.call_tool(action.name, action.arguments,
+                                                 raise_on_error=False)
+                seen.append(shown(result.content[0].text, result.is_error,
+                                  whole=action.name == "list_tools"))
+            return offered, seen
+
+    with env.open(world) as instance:
+        return asyncio.run(run(instance_server(
+            instance, mode, shell=mode == "tools", answer=True)))  # type: ignore[arg-type]
+
+
 # --- the verl loop ---------------------------------------------------------------------
 
 
@@ -255,6 +333,20 @@ def test_tools_mode_shows_the_same_bytes_on_every_surface(
     assert over_gateway == [s for a, s in zip(TOOLS_ACTIONS, shown_by_agent, strict=True)
                             if a.over_mcp]
 
+    # the gateway's OpenEnv and REST, Gym and a lone MCP server: what reaches the instance
+    executed_shown = [s for a, s in zip(TOOLS_ACTIONS, shown_by_agent, strict=True)
+                      if a.executed]
+    executed_actions = [a for a in TOOLS_ACTIONS if a.executed]
+    stepped, rest = over_json(url.removesuffix("/mcp"), executed_actions)
+    assert stepped == executed_shown
+    assert rest == [s for a, s in zip(executed_actions, executed_shown, strict=True)
+                    if a.name == "shell"]
+    assert over_gym(env, task.spec.world_hash, executed_actions) == executed_shown
+    lone_offered, lone = over_lone_mcp(env, task.spec.world_hash, mcp_actions, "tools")
+    assert lone_offered == expected_tools
+    assert lone == [s for a, s in zip(TOOLS_ACTIONS, shown_by_agent, strict=True)
+                    if a.over_mcp]
+
     # the SFT rows: the conversation of the agent's episode, and the tools column
     sft = [m["content"] for m in episode_messages(task, agent.episode) if m["role"] == "tool"]
     assert sft == [s for a, s in zip(TOOLS_ACTIONS, shown_by_agent, strict=True)
@@ -291,12 +383,21 @@ def test_meta_mode_shows_the_same_catalogue_and_results_on_every_surface(
     assert offered == agent.first["tools"]
     assert over_gateway == shown_by_agent
 
-    # OpenEnv's list_tools carries the same catalogue's text
+    # OpenEnv's list_tools carries the same catalogue's text, and its call_tool (and
+    # Gym's) the same results; a lone MCP server the same tools and results
     base = url.removesuffix("/mcp")
     assert httpx2.post(f"{base}/openenv/reset", json={}, timeout=60).status_code == 200
-    listed = httpx2.post(f"{base}/openenv/step", json={"action": {"type": "list_tools"}},
-                         timeout=60).json()
-    assert listed["observation"]["text"] == shown_by_agent[0]
+    as_objects = [a for a in META_ACTIONS if a.executed and not isinstance(
+        a.arguments.get("arguments"), str)]  # type: ignore[union-attr]
+    expected = [s for a, s in zip(META_ACTIONS, shown_by_agent, strict=True)
+                if a in as_objects]
+    assert len(as_objects) == 4
+    stepped, _ = over_json(base, as_objects)
+    assert stepped == expected
+    assert over_gym(env, task.spec.world_hash, as_objects) == expected
+    lone_offered, lone = over_lone_mcp(env, task.spec.world_hash, META_ACTIONS, "meta")
+    assert lone_offered == offered
+    assert lone == shown_by_agent
 
     # the RL loop: AWM's format rules stop it at the call_tool of a tool list_tools did
     # not list; up to there, the same bytes

@@ -216,6 +216,24 @@ SCHEMA_CASES: list[tuple[str, dict[str, Any], Any, str | None]] = [
                     "properties": {"id": {"$ref": "#/$defs/Id"}}}, {"id": "7"},
      "$.id: expected integer"),
     ("annotations are ignored", {"description": "x", "title": "t", "format": "email"}, 5, None),
+    # keywords a hand-written subset ignored, so it let such arguments through
+    ("uniqueItems (pydantic's set)", {"type": "array", "uniqueItems": True}, [1, 1.0],
+     "$: [1, 1.0] has non-unique elements"),
+    ("prefixItems (pydantic's tuple)",
+     {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]}, [1, 2],
+     "$[1]: expected string, got integer"),
+    ("$ref keeps its siblings (draft 2020-12)",
+     {"$defs": {"Id": {"type": "integer"}},
+      "properties": {"id": {"$ref": "#/$defs/Id", "maximum": 5}}}, {"id": 7},
+     "$.id: 7 is not <= 5"),
+    ("multipleOf", {"multipleOf": 5}, 7, "$: 7 is not a multiple of 5"),
+    ("not", {"not": {"type": "null"}}, None, "should not be valid"),
+    ("minProperties", {"type": "object", "minProperties": 1}, {}, "$: {} should be non-empty"),
+    ("an older draft named by $schema",
+     {"$schema": "http://json-schema.org/draft-07/schema#",
+      "definitions": {"Id": {"type": "integer"}}, "properties": {"id": {"$ref":
+                                                                     "#/definitions/Id"}}},
+     {"id": "7"}, "$.id: expected integer"),
 ]
 
 
@@ -234,10 +252,14 @@ def test_schema_reports_the_same_first_problem_whatever_the_key_order() -> None:
                                                "b": {"type": "integer"}}}
     assert schema_problem({"b": "x", "a": "y"}, schema) == \
         schema_problem({"a": "y", "b": "x"}, schema) == "$.a: expected integer, got string"
+    closed = {**schema, "additionalProperties": False}
+    assert schema_problem({"z": 1, "a": "y"}, closed) == "$.a: expected integer, got string"
+    assert schema_problem({"c": 1, "a": 1}, closed) == \
+        "$.c: unknown property (the schema allows only a, b)"
 
 
 @pytest.mark.parametrize("schema", [{"$ref": "http://example.com/s"}, {"$ref": "#/$defs/Nope"},
-                                    {"type": "decimal"}])
+                                    {"type": "decimal"}, {"minimum": "5"}])
 def test_a_schema_outside_the_subset_is_refused(schema: dict[str, Any]) -> None:
     with pytest.raises(RewardError):
         schema_problem(1, schema)

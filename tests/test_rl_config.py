@@ -124,7 +124,7 @@ def test_every_launch_starts_in_verl_and_fits_the_model(pack: Pack, tmp_path: Pa
                                             if chosen.compacts else {}),
                     "format_penalty": True,
                     **({"partial_credit": True} if preset == "wildawm" else {})}
-    assert "store" not in loop  # run.env's AGENT_WORLDS_STORE: the machine's
+    assert "store" not in loop  # run.env's WORLDCTL_STORE: the machine's
     assert f"{STORE_ENV}={shlex.quote(STORE)}" in (run / "run.env").read_text()
 
 

@@ -19,23 +19,16 @@ from pathlib import Path
 import pytest
 
 from worldenv.errors import SandboxError
-from worldenv.sandbox import (
-    LIMIT_REASONS,
-    Bind,
+from worldenv.sandbox.bubblewrap import (
     BubblewrapSandbox,
-    DockerSandbox,
-    Limits,
-    Rlimits,
-    SandboxPolicy,
     SandboxTools,
-    ShellResult,
     bwrap_argv,
-    classify_limit,
-    default_sandbox,
     find_sandbox_tools,
-    run_sandboxed,
-    sandbox_ids,
 )
+from worldenv.sandbox.choice import default_sandbox, run_sandboxed
+from worldenv.sandbox.contract import LIMIT_REASONS, Bind, Limits, ShellResult, classify_limit
+from worldenv.sandbox.docker import DockerSandbox
+from worldenv.sandbox.policy import Rlimits, SandboxPolicy, sandbox_ids
 from worldenv.sandbox.workers import MASKED, AppWorker, WorkerLimits
 
 SECRET = "top-secret-of-instance-b"

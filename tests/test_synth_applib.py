@@ -1,4 +1,4 @@
-"""The app library (synth.applib) through litellm's real path against the loopback server:
+"""The app library (synth.worlds.applib) through litellm's real path against the loopback server:
 astrid's day 1 needs a service no app serves; the implementer's first ``create_app`` is
 refused by the app stage (an app that serves another service), the second is accepted,
 and the day is stored with the app carried in the log. Day 2 plans and calls the new
@@ -19,8 +19,8 @@ from llm_server import serving
 from test_synth_plans import BIBLE, EXPLORE_RULES, PLAN1
 
 from replay.engine import Worlds
-from synth.applib import check_app, read_library
 from synth.runs import replay_run
+from synth.worlds.applib import check_app, read_library
 from worldenv.instances.instance import Environment
 
 MODEL = "openai/loopback"

@@ -1,4 +1,4 @@
-"""A recorded episode turned into a day (synth.days) on the bundled demo world: tool calls
+"""A recorded episode turned into a day (synth.worlds.days) on the bundled demo world: tool calls
 (a note created with tags, a note updated and one deleted, a chat message) and shell
 commands (a text file, a binary file, a removed file) on a real instance of ``lars@7``
 become ``lars@8``, whose hash is the episode's final hash, which the store then replays;
@@ -15,8 +15,8 @@ from cli_harness import invoke, refused
 
 from packs.registry import load_pack
 from replay.engine import Worlds
-from synth.days import day_from_episode, store_day
 from synth.errors import SynthError
+from synth.worlds.days import day_from_episode, store_day
 from worldenv.instances.episodes import load_episode, save_episode
 from worldenv.instances.instance import Environment
 

@@ -1,4 +1,4 @@
-"""Persona bibles (synth.personas) through the real CLI (``worldctl synth persona``) and
+"""Persona bibles (synth.worlds.personas) through the real CLI (``worldctl synth persona``) and
 litellm's real path against the loopback server: a bible refused by its checks and
 corrected, a second persona rejected by the diversity judge for sharing the first one's
 occupation and life domain and revised, the accounts file's deterministic hashes, the
@@ -15,10 +15,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from cli_harness import invoke
+from cli_harness import invoke, refused
 from llm_server import LoopbackLLM, serving
 
-from synth.personas import (
+from synth.runs import replay_run
+from synth.worlds.personas import (
     BibleOut,
     accounts_salt,
     bible_problems,
@@ -26,7 +27,6 @@ from synth.personas import (
     password_hash,
     signature,
 )
-from synth.runs import replay_run
 from worldenv.apps import SHIPPED
 
 MODEL = "openai/loopback"
@@ -227,8 +227,7 @@ def test_a_taken_name_is_sent_back_without_a_judge(tmp_path: Path) -> None:
 
 def test_without_a_model_nothing_is_run(tmp_path: Path) -> None:
     result = invoke("synth", "persona", "--run", str(tmp_path / "run"), "--name", "x")
-    assert result.exit_code == 1
-    assert "persona: not run: no model configured" in result.output
+    assert "WORLDCTL_LLM_MODEL" in refused(result)
     assert not (tmp_path / "run").exists()
 
 

@@ -1,4 +1,4 @@
-"""Day plans (synth.plans): coverage pressure from real events and a real store, the
+"""Day plans (synth.worlds.plans): coverage pressure from real events and a real store, the
 plan's checks, and ``worldctl synth day PERSONA --day N --plan-only`` through litellm's real
 path against the loopback server (a plan that forgets an arc scheduled that day, corrected;
 a second day after it), with the run's offline replay."""
@@ -17,8 +17,9 @@ from llm_server import serving
 
 from packs.registry import load_pack
 from replay.engine import Worlds
-from synth.personas import BibleOut, library_tools
-from synth.plans import (
+from synth.runs import replay_run
+from synth.worlds.personas import BibleOut, library_tools
+from synth.worlds.plans import (
     PlanOut,
     WorldFacts,
     area_of,
@@ -27,7 +28,6 @@ from synth.plans import (
     pressure_block,
     world_facts,
 )
-from synth.runs import replay_run
 from worldenv.apps import SHIPPED
 from worldstore.events import FileWritePayload, SqlPayload
 from worldstore.testing import make_event
@@ -63,7 +63,7 @@ PLAN2 = {"day": 2, "date": "2026-03-03", "summary": "Notes day.", "activities": 
 
 EXPLORE = "synth prompt explore@v1"
 FINDINGS = "- accounts.json in the workspace lists the persona's accounts."
-# The explorer (synth.explore) looks at the workspace once, then reports.
+# The explorer (synth.worlds.explore) looks at the workspace once, then reports.
 EXPLORE_RULES: list[dict[str, Any]] = [
     {"when": {"any_contains": EXPLORE, "last_role": "tool"}, "reply": {"content": FINDINGS}},
     {"when": {"any_contains": EXPLORE},

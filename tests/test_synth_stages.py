@@ -27,8 +27,8 @@ from synth_script import (
 )
 
 from awmbridge.world import Day0
-from synth.appgen import CodeOut, CodeStage, SpecOut, SpecStage
-from synth.database import (
+from synth.environments.appgen import CodeOut, CodeStage, SpecOut, SpecStage
+from synth.environments.database import (
     DataOut,
     DataStage,
     ScenarioSpec,
@@ -38,9 +38,9 @@ from synth.database import (
     schema_statements,
     table_columns,
 )
+from synth.environments.scenarios import SEEDS, Seed, expand, read_seeds
 from synth.errors import BudgetSpent, SynthError
 from synth.prompts import Prompt
-from synth.scenarios import SEEDS, Seed, expand, read_seeds
 from synth.stage import (
     SUMMARY_CHARS,
     Budget,

@@ -1,4 +1,4 @@
-"""``worldctl ui`` (worldctl/ui.py): the read-only web view over a real store holding the
+"""``worldctl ui`` (worldctl/ui/): the read-only web view over a real store holding the
 bundled demo world and a stored episode, served by a real uvicorn on a loopback port, read
 with real HTTP requests (pages, search, paging, files, images, diffs of days and of a
 checkout, episodes, tasks with gate reports written by ``worldctl task check --report``,
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import html
 import http.client
+import io
 import json
 import os
+import re
 import shutil
 import urllib.parse
 from collections.abc import Iterator
@@ -25,13 +27,16 @@ import pytest
 from asgi_server import served
 from cdp import Browser
 from cli_harness import invoke, refused
+from markupsafe import escape
 
 from gates.contract import GateReport, GateResult, to_json
 from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.hashing import hash_world
-from synth.tasks import TaskRecord
+from synth.worlds.tasks import TaskRecord
 from worldctl.ui import PAGE_ROWS, WorldsUI, synth_records, task_index
+from worldctl.ui.sources import wilson
+from worldenv.core.episode import Episode
 from worldenv.instances.episodes import load_episode, save_episode
 from worldenv.instances.instance import Environment
 
@@ -188,7 +193,6 @@ def test_paging_and_images(store: tuple[Worlds, str], tmp_path: Path) -> None:
     setup = (b'{"persona":"pager","day":0,"ts":"2026-01-01T00:00:00Z","type":"sql",'
              b'"service":"s","sql":"CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)"}\n')
     import base64
-    import io
 
     image = (b'{"persona":"pager","day":0,"ts":"2026-01-01T00:00:02Z","type":"file_write",'
              b'"path":"photos/dot.png","base64":"' + base64.b64encode(PNG) + b'"}\n')
@@ -256,17 +260,17 @@ def test_tasks_with_their_artifacts_and_latest_gate_report(site: Site) -> None:
         page = get(port, f"/tasks/{CHECKED}")[2].decode()
         task = DEMO.task_dir(CHECKED)
         spec = json.loads((task / "task.json").read_text())
-        assert html.escape(spec["instruction"]) in page
+        assert escape(spec["instruction"]) in page
         for subtask in spec["subtasks"]:
-            assert html.escape(subtask["description"]) in page
-        assert html.escape((task / "hint.md").read_text()) in page
-        assert html.escape((task / "rubric.md").read_text()) in page
+            assert escape(subtask["description"]) in page
+        assert escape((task / "hint.md").read_text()) in page
+        assert escape((task / "rubric.md").read_text()) in page
         for step in json.loads((task / "solution.json").read_text())["steps"]:
-            assert html.escape(step.get("tool") or step.get("command") or step["text"]) in page
+            assert escape(step.get("tool") or step.get("command") or step["text"]) in page
         for script in ("answer.py", "cart.py", "report.py"):
             source = (task / "verifier" / script).read_text()
             assert f"{script} <span class=muted>(script)</span>" in page
-            assert html.escape(source) in page  # the source, escaped
+            assert escape(source) in page  # the source, escaped
         assert f"{CHECKED}.json" in page and "first-try.json" not in page
         assert "solvability" in page and "<details><summary>evidence" in page
         assert "scripted:" in page  # the rollouts task check stored, as episodes
@@ -459,3 +463,164 @@ def test_an_episode_shows_its_gui_screenshots(store: tuple[Worlds, str]) -> None
         assert body == load_episode(worlds, episode_id).screenshots[digest]
         status, _kind, body, _headers = get(port, f"/episodes/{episode_id}/screenshots/0000")
         assert status == 404 and "keeps no screenshot" in body.decode()
+
+
+# --- tables without a rowid, the run headline, the episode list, ids, diff defaults ---------
+
+
+def test_a_without_rowid_table_pages_and_searches(store: tuple[Worlds, str]) -> None:
+    worlds, _ = store
+    statements = ["CREATE TABLE stock (site TEXT NOT NULL, sku TEXT NOT NULL, qty INTEGER, "
+                  "PRIMARY KEY (site, sku)) WITHOUT ROWID",
+                  *(f"INSERT INTO stock VALUES ('oslo', 'sku-{n:03d}', {n})"
+                    for n in (5, 1, 3)),
+                  "INSERT INTO stock VALUES ('oslo', 'sku_x', 0)"]
+    worlds.import_stream(io.BytesIO("".join(
+        json.dumps({"persona": "keyed", "day": 0, "ts": "2026-01-01T00:00:00Z",
+                    "type": "sql", "service": "inv", "sql": sql}) + "\n"
+        for sql in statements).encode()), source="<keyed>")
+    with on_port(WorldsUI(worlds)) as port:
+        status, _, body, _ = get(port, "/p/keyed/0/t/inv/stock")
+        page = body.decode()
+        assert status == 200, page
+        assert "4 rows; page 1 of 1" in page
+        shown = [page.index(f"<td>{sku}</td>") for sku in ("sku-001", "sku-003", "sku-005",
+                                                            "sku_x")]
+        assert shown == sorted(shown)  # primary-key order, not the order of insertion
+        found = get(port, "/p/keyed/0/t/inv/stock?q=sku_")[2].decode()
+        assert "1 rows found" in found and "<td>sku_x</td>" in found  # '_' taken literally
+        assert 'href="/p/keyed/0/t/inv/stock"' in get(port, "/p/keyed/0")[2].decode()
+
+
+def wilson_95(successes: int, n: int) -> tuple[float, float]:
+    z = 1.959963984540054
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def test_the_interval_is_wilsons() -> None:
+    assert wilson(3, 3) == pytest.approx((0.4385, 1.0), abs=1e-4)
+    assert wilson(0, 3) == pytest.approx((0.0, 0.5615), abs=1e-4)
+    assert wilson(7, 20) == pytest.approx(wilson_95(7, 20))
+
+
+def test_a_run_page_leads_with_its_headline(site: Site) -> None:
+    results = json.loads((site.runs / "ref" / "results.json").read_text())
+    trials = [t for task in results["tasks"] for t in task["trials"]]
+    n, passed = len(trials), sum(t["success"] for t in trials)
+    low, high = wilson_95(passed, n)
+    with on_port(site.app()) as port:
+        page = get(port, "/runs/ref")[2].decode()
+    head, _, rest = page.partition("<details>")
+    assert rest, "the other metrics are folded in a details element"
+    assert f"<th>pass rate</th><td><b>{passed / n:.1%}</b>" in head
+    assert f"95% interval {low:.1%} to {high:.1%}" in head
+    assert f"{n} trials ({passed} passed) over {len(results['tasks'])} tasks" in head
+    mean_steps = sum(t["steps"] for t in trials) / n
+    assert f"<th>mean steps</th><td>{mean_steps:.1f}</td>" in head
+    assert "<th>cost</th>" not in head  # no trial of a scripted agent has a cost
+    summary, _, folded = rest.partition("</details>")
+    assert "<summary>All " in summary
+    for key in ("success_rate", "pass@k.1", "latency.p50", "tokens.in.total"):
+        assert f"<td>{key}</td>" in summary and key not in head
+    assert 'href="/episodes/' in folded  # the trials come after the fold
+
+
+def _episode_rows(page: str) -> dict[str, str]:
+    rows = {}
+    for row in page.split("<tr>")[1:]:
+        if 'href="/episodes/' in row:
+            rows[row.split('href="/episodes/')[1].split('"')[0]] = row
+    return rows
+
+
+def test_the_episode_list_has_times_and_verdicts(site: Site) -> None:
+    results = json.loads((site.runs / "ref" / "results.json").read_text())
+    with on_port(site.app()) as port:
+        page = get(port, "/episodes")[2].decode()
+        rows = _episode_rows(page)
+        for trial in [t for task in results["tasks"] for t in task["trials"]]:
+            row = rows[trial["episode_id"]]
+            verdict = "<span class=ok>passed</span>" if trial["success"] \
+                else "<span class=bad>failed</span>"
+            assert f'{verdict} (<a href="/runs/ref">ref</a>, trial ' in row
+        assert "not graded" in rows[site.episode_id]
+        times = []
+        for episode_id, row in rows.items():
+            calls = load_episode(site.worlds, episode_id).calls
+            time = calls[0].ts if calls else "-"
+            assert row.split("</td><td>")[1] == time
+            times.append(time)
+        assert times == sorted(times, reverse=True)  # newest first
+        graded = next(iter(t["episode_id"] for t in results["tasks"][0]["trials"]))
+        shown = get(port, f"/episodes/{graded}")[2].decode()
+        assert "verdict <span class=" in shown and 'href="/runs/ref"' in shown
+
+
+@pytest.fixture(scope="module")
+def lone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    """A store with one persona of one day, and episodes with ids chosen to share
+    prefixes (a bare Episode keeps the id it is saved under)."""
+    with Worlds.open(tmp_path_factory.mktemp("lone") / "store") as worlds:
+        worlds.import_stream(io.BytesIO(json.dumps(
+            {"persona": "solo", "day": 0, "ts": "2026-01-01T00:00:00Z", "type": "sql",
+             "service": "s", "sql": "CREATE TABLE t (id INTEGER PRIMARY KEY)"}).encode()
+            + b"\n"), source="<solo>")
+        start = worlds.record("solo@0").world_hash
+        for episode_id in ("feed01aa", "feed02bb", "c0ffee"):
+            save_episode(worlds, Episode(episode_id=episode_id, world_hash=start,
+                                         persona="solo", day=0, final_hash=start))
+        yield worlds
+
+
+@pytest.mark.parametrize(("given", "status", "says"), [
+    ("c0ffee", 200, "c0ffee"),
+    ("c0f", 200, "c0ffee"),
+    ("c", 200, "c0ffee"),
+    ("feed02", 200, "feed02bb"),
+    ("feed", 400, "episode prefix 'feed' is ambiguous: 2 stored episodes start so "
+                  "(feed01aa, feed02bb)"),
+    ("beef", 404, "no stored episode 'beef'"),
+])
+def test_an_episode_id_prefix_resolves_when_unique(lone: Worlds, given: str, status: int,
+                                                   says: str) -> None:
+    with on_port(WorldsUI(lone)) as port:
+        got, _, body, _ = get(port, f"/episodes/{given}")
+    text = html.unescape(body.decode())
+    assert got == status, text
+    if status == 200:
+        assert f"<code>{says}</code>" in text and "No call." in text
+    else:
+        assert "<p>error: " in text and says in text
+
+
+def _selected(form: str) -> dict[str, list[str]]:
+    return {name: re.findall(r'<option value="([^"]+)" selected>', options)
+            for name, options in re.findall(r'<select name="(\w)">(.*?)</select>', form)}
+
+
+def test_the_diff_form_starts_at_the_latest_change(store: tuple[Worlds, str],
+                                                   lone: Worlds) -> None:
+    worlds, _ = store
+    last = worlds.store.days("lars")[-1].day
+    with on_port(WorldsUI(worlds)) as port:
+        days, checkout = get(port, "/p/lars")[2].decode().split("<form")[1:]
+    assert _selected(days) == {"a": [f"lars@{last - 1}"], "b": [f"lars@{last}"]}
+    assert _selected(checkout) == {"a": [f"lars@{last}"]}
+    with on_port(WorldsUI(lone)) as port:  # one day: that day on both sides
+        days, _ = get(port, "/p/solo")[2].decode().split("<form")[1:]
+    assert _selected(days) == {"a": ["solo@0"], "b": ["solo@0"]}
+
+
+def test_the_ui_is_read_only(store: tuple[Worlds, str]) -> None:
+    worlds, _ = store
+    with on_port(WorldsUI(worlds)) as port:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", "/p/lars", body=b"x=1")
+        response = conn.getresponse()
+        body = response.read().decode()
+        conn.close()
+    assert response.status == 405 and "error: the UI is read-only: GET only" in body
+    assert response.getheader("x-content-type-options") == "nosniff"

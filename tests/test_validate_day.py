@@ -15,7 +15,7 @@ import pytest
 
 from gates.contract import to_json
 from replay import Worlds
-from synth.validate_day import (
+from synth.worlds.validate_day import (
     LAYERS,
     DayReport,
     ReviewOutcome,
@@ -426,7 +426,7 @@ def test_the_report_renders_and_encodes(demo: Worlds) -> None:
 
 
 def test_a_failed_report_says_so() -> None:
-    from synth.validate_day import LayerResult
+    from synth.worlds.validate_day import LayerResult
 
     report = DayReport("p", 1, "0" * 32, [LayerResult("lint", "failed", "bad"),
                                           LayerResult("replay", "not_run", "skipped")])

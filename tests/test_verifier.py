@@ -49,16 +49,11 @@ from replay.errors import WorldDirError
 from replay.files import chmod_tree
 from replay.hashing import world_manifest
 from worldenv.errors import SandboxError
-from worldenv.sandbox import (
-    Bind,
-    BubblewrapSandbox,
-    DockerSandbox,
-    Limits,
-    Rlimits,
-    SandboxPolicy,
-    Tmpfs,
-    default_sandbox,
-)
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.choice import default_sandbox
+from worldenv.sandbox.contract import Bind, Limits
+from worldenv.sandbox.docker import DockerSandbox
+from worldenv.sandbox.policy import Rlimits, SandboxPolicy, Tmpfs
 
 DEMO = Path(__file__).resolve().parent.parent / "packs" / "demo" / "world" / "lars.jsonl"
 RENAMED_NOTE, NEW_TITLE = 9, "Fjord kickoff"
@@ -89,10 +84,8 @@ def box() -> BubblewrapSandbox:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store") / "store") as opened:
-        opened.import_file(DEMO)
-        yield opened
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds
 
 
 @pytest.fixture(scope="module")

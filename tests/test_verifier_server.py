@@ -30,7 +30,9 @@ from packs.registry import load_pack
 from replay.engine import Worlds
 from replay.files import chmod_tree
 from worldenv.instances.instance import Environment
-from worldenv.sandbox import BubblewrapSandbox, Limits, default_sandbox
+from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.choice import default_sandbox
+from worldenv.sandbox.contract import Limits
 
 FAST = Limits(timeout_s=5, cpu_s=2, memory_mib=512, max_procs=32,
               max_output_bytes=16 * 1024, max_file_mib=4, tmp_mib=8)

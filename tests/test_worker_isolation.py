@@ -23,7 +23,7 @@ import pytest
 from replay import Worlds
 from worldenv.instances.episodes import replay_episode
 from worldenv.instances.instance import Environment, Instance
-from worldenv.sandbox import sandbox_ids
+from worldenv.sandbox.policy import sandbox_ids
 from worldenv.sandbox.workers import WorkerLimits, WorkerPool
 
 CODE = '''

@@ -114,7 +114,12 @@ def eval_report(run_dir: Path, html: Path | None, md: Path | None) -> None:
 @click.option("--md", "md", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="The Markdown file (default: compare.md in the current folder).")
 def eval_compare(run_dirs: tuple[Path, ...], html: Path | None, md: Path | None) -> None:
-    """Runs side by side (the first is the baseline): deltas with bootstrap intervals."""
+    """Runs side by side (the first is the baseline): deltas with bootstrap intervals.
+
+    Each delta's verdict is better, worse, noise (the interval contains 0) or, where fewer
+    than 6 of the shared tasks differ between the runs (too few for any test at 95 %),
+    "too few tasks for a verdict".
+    """
     from eval.errors import EvalError
     from eval.report import write_comparison
 

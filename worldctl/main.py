@@ -8,7 +8,8 @@ commands' own help.
 
 The error boundary: every refusal is one ``error: ...`` line on stderr and exit status 2,
 whether it is a library error (``WorldError``) or a usage error of click's. Text from the
-library or the user is written as it is, never through a markup language.
+library or the user is written as it is, never through a markup language. A command that
+fails leaves no store behind that it made and wrote nothing into (``Session.discard_if_new``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ EXIT_REFUSED = 2
 # importlib.metadata instead would cost --version more start-up than click itself.
 VERSION = "0.1.0"
 
-# name -> (module, attribute, the one-line help --help shows), in the order of the README.
+# name -> (module, attribute, the one-line help --help shows), in the order of
+# docs/reference/cli.md.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": ("worldctl.store", "import_cmd",
                "Append the persona-days of interchange FILES (JSON Lines)."),
@@ -132,6 +134,17 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, entry[2]) for name, entry in COMMANDS.items()])
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                _discard_new_store(ctx)
+            raise
+        except BaseException:
+            _discard_new_store(ctx)
+            raise
+
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
@@ -165,6 +178,14 @@ class LazyGroup(click.Group):
         if not standalone_mode:
             return result
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _discard_new_store(ctx: click.Context) -> None:
+    """A command that fails leaves no store it made and wrote nothing into."""
+    from worldctl.session import Session
+
+    if isinstance(ctx.obj, Session):
+        ctx.obj.discard_if_new()
 
 
 @click.group(cls=LazyGroup)

@@ -6,6 +6,7 @@ default beside the store (``<store>/packs``; ``./.worldctl-packs`` for PostgreSQ
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +88,22 @@ def pack_export(ctx: click.Context, name: str, dest: Path) -> None:
     """
     from packs.archive import export_pack
     from packs.registry import load_pack
+    from replay.engine import Worlds
+    from worldstore.errors import NotFoundError
 
-    manifest = export_pack(worlds(ctx, create=True), load_pack(name, installed_packs(ctx)), dest)
+    found = load_pack(name, installed_packs(ctx))
+    try:
+        store = worlds(ctx)
+    except NotFoundError:
+        store = None
+    if store is not None:
+        manifest = export_pack(store, found, dest)
+    else:
+        # No store here: the export only needs scratch room, which a temporary store gives
+        # without leaving one behind.
+        with tempfile.TemporaryDirectory(prefix="worldctl-pack-export-") as scratch, \
+                Worlds.open(Path(scratch) / "store") as scratch_worlds:
+            manifest = export_pack(scratch_worlds, found, dest)
     render.echo(f"{dest}: pack {manifest.name} (format {manifest.format}), "
                 f"{len(manifest.files)} files, {len(manifest.worlds)} persona-days")
 

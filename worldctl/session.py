@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,6 +46,9 @@ class Session:
     cache_max: str | None = None  # --cache-max as given; parsed when the cache is opened
     _worlds: Worlds | None = field(default=None, repr=False)
     _events: EventStore | None = field(default=None, repr=False)
+    # What opening a new store made: (a path to remove, or a folder that existed with the
+    # names it held then), for discard_if_new.
+    _made: list[tuple[Path, frozenset[str] | None]] = field(default_factory=list, repr=False)
 
     def worlds(self, *, create: bool = False) -> Worlds:
         if self._worlds is None:
@@ -52,6 +57,8 @@ class Session:
 
             cap = None if self.cache_max is None else parse_size(self.cache_max,
                                                                  what="--cache-max")
+            if create:
+                self._note_new_store()
             self._worlds = Worlds.open(self.store, self.cache, create=create,
                                        cache_max_bytes=cap)
         return self._worlds
@@ -75,6 +82,46 @@ class Session:
         chosen = given or os.environ.get(PACKS_ENV)
         return Path(chosen) if chosen else default_packs_dir(self.store)
 
+    def _note_new_store(self) -> None:
+        """Remember what a new embedded store will add to the file system. A PostgreSQL
+        store's database exists before the store does: nothing to remember there."""
+        from worldstore.open import STORE_DB, is_database_url
+
+        if is_database_url(self.store):
+            return
+        root = Path(self.store)
+        if os.path.lexists(root / STORE_DB):
+            return
+        places = [root] if self.cache is None else [root, Path(self.cache)]
+        for place in places:
+            if not os.path.lexists(place):
+                self._made.append((_first_missing(place), None))
+            elif place.is_dir() and not place.is_symlink():
+                self._made.append((place, frozenset(os.listdir(place))))
+
+    def discard_if_new(self) -> None:
+        """Remove the store this invocation made if it still holds nothing (no persona-day,
+        no episode): a command that fails leaves the file system as it found it."""
+        if not self._made:
+            return
+        if self._worlds is not None:
+            store = self._worlds.store
+            if store.personas() or store.episodes():
+                return
+        self.close()
+        for place, before in reversed(self._made):
+            if before is not None and not place.is_dir():
+                continue
+            names = [place] if before is None else [
+                place / name for name in os.listdir(place) if name not in before]
+            for path in names:
+                with contextlib.suppress(OSError):
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
+        self._made = []
+
     def close(self) -> None:
         if self._worlds is not None:
             self._worlds.close()
@@ -82,6 +129,14 @@ class Session:
         if self._events is not None:
             self._events.close()
             self._events = None
+
+
+def _first_missing(path: Path) -> Path:
+    """The outermost folder of `path` that does not exist yet (all of it is new)."""
+    path = path.absolute()
+    while not os.path.lexists(path.parent):
+        path = path.parent
+    return path
 
 
 def session(ctx: click.Context) -> Session:

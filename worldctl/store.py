@@ -22,14 +22,30 @@ from worldctl.session import event_store, worlds
 def import_cmd(ctx: click.Context, files: tuple[Path, ...]) -> None:
     """Append the persona-days of interchange FILES (JSON Lines).
 
-    Each file is validated as a whole first; a file with a bad line or a day that fails
-    to apply stores nothing. Days already stored with identical events are skipped.
+    Every line of every file is validated first: a bad line in any file stores nothing
+    of any file. Then each file is imported as a whole (a day that fails to apply stores
+    nothing of its file, and the refusal names the files already imported). Days already
+    stored with identical events are skipped.
     """
+    from worldstore.errors import WorldError
+    from worldstore.interchange import read_days
+
+    for path in files:  # before the store is opened: a refusal writes nothing
+        with open(path, "rb") as fh:
+            read_days(fh, source=str(path))
     store = worlds(ctx, create=True)
+    done: list[str] = []
     for path in files:
-        with render.progress(f"import {path.name}", None) as bar:
-            results = store.import_file(path, progress=bar.advance, planned=bar.total)
+        try:
+            with render.progress(f"import {path.name}", None) as bar:
+                results = store.import_file(path, progress=bar.advance, planned=bar.total)
+        except WorldError as exc:
+            if not done:
+                raise
+            raise WorldError(f"{exc} (nothing of {path} was imported; already imported: "
+                            f"{', '.join(done)})") from None
         render.day_results(f"{path}", results, show_recorded=False)
+        done.append(str(path))
 
 
 @click.command()

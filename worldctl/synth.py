@@ -1,4 +1,4 @@
-"""The synthesis commands: ``validate-day`` (the library is ``synth.validate_day``) and the
+"""The synthesis commands: ``validate-day`` (the library is ``synth.worlds.validate_day``) and the
 ``synth`` group (environment and persona-world synthesis; the library is ``synth.runs``)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def validate_day_cmd(ctx: click.Context, ref: str, produces: Path | None, plan: 
     The layers: lint, replay determinism, declarations (produces.json), live health and
     the reviewer agent. Exit 1 if a layer failed.
     """
-    from synth.reviewer import reviewer_from_env
-    from synth.validate_day import render_day_report, validate_day
+    from synth.worlds.reviewer import reviewer_from_env
+    from synth.worlds.validate_day import render_day_report, validate_day
     from worldenv.instances.instance import Environment
 
     store = worlds(ctx)
@@ -94,6 +94,32 @@ def _settings(model: str | None, judge_model: str | None, embedding_model: str |
                     budget_cost=budget_cost, progress=sys.stderr)
 
 
+# The run folder's configuration file (synth.runs.RUN_FILE), named here so that the
+# commands that read a run can refuse a folder that is none before synth.runs, seconds of
+# imports, is loaded.
+RUN_FILE = "run.json"
+
+
+def _require_model(model: str | None, command: str) -> None:
+    """Refuse a synthesis command that has no model to make anything with."""
+    from synth.errors import SynthError
+
+    if not model:
+        raise SynthError(f"synth {command}: no model to synthesize with: give --model or set "
+                         "WORLDCTL_LLM_MODEL")
+
+
+def _require_run(run_dir: Path) -> None:
+    """Refuse a folder that is not a synthesis run, quickly. A folder with a run.json (a
+    link too) is left to synth.runs, which checks it in full."""
+    import os
+
+    from synth.errors import SynthError
+
+    if not os.path.lexists(run_dir / RUN_FILE):
+        raise SynthError(f"{run_dir}: not a synthesis run (no {RUN_FILE})")
+
+
 @click.group("synth")
 def synth_group() -> None:
     """Synthesize tool-use environments with an LLM (the AWM pipeline)."""
@@ -115,6 +141,7 @@ def synth_scenarios_cmd(seeds: Path, n: int, category_cap: int | None, run_dir: 
                         budget_cost: float | None, as_json: bool) -> None:
     """Expand seed names into N scenarios (classifier, embedding de-duplication, category
     caps) written to RUN/scenarios.jsonl."""
+    _require_model(model, "scenarios")
     from synth.runs import NOT_RUN_NO_MODEL, synth_scenarios
 
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
@@ -165,6 +192,7 @@ def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
     """Synthesize an environment per scenario: tasks, schema, data, API spec, app code,
     verifiers and reference solutions, each executed and self-corrected; the worlds go
     into the store and RUN/pack. Exit 1 unless every scenario was built."""
+    _require_model(model, "envs")
     from replay.engine import Worlds
     from synth.runs import synth_envs
     from worldctl.session import session
@@ -248,6 +276,7 @@ def synth_persona_cmd(hint: str | None, run_dir: Path, model: str | None,
     checked against the app library and judged for diversity against the run's accepted
     personas (at most 2 revisions); an accepted one goes to RUN/personas/<name>/. Exit 1
     unless accepted."""
+    _require_model(model, "persona")
     from synth.runs import synth_persona
 
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
@@ -289,11 +318,12 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
     world's set-up, comes first when the store has none. --plan-only writes the plan
     alone; --from-episode ID makes the day from a stored episode on PERSONA@N-1 instead.
     Exit 1 unless the plan was accepted (--plan-only) or the day stored."""
-    from synth.runs import synth_day, synth_plan
-
     if episode_id is not None:
         _day_from_episode(ctx, persona, day, episode_id, as_json)
         return
+    _require_model(model, "day")
+    from synth.runs import synth_day, synth_plan
+
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
                          budget_tokens, budget_cost)
     open_worlds = _store_opener(ctx)
@@ -311,7 +341,7 @@ def synth_day_cmd(ctx: click.Context, persona: str, day: int, plan_only: bool,
                               + "; ".join(report["errors"][:3]))
         return
     made = synth_day(run_dir, settings, persona, day, open_worlds)
-    _days_report([made], as_json, made)
+    _days_report([{"persona": persona, "day": day, **made}], as_json, made)
 
 
 @synth_group.command("world")
@@ -327,6 +357,7 @@ def synth_world_cmd(ctx: click.Context, persona: str, to_day: int, run_dir: Path
     """Make an accepted persona's world day by day up to day N (each day as `synth day`
     makes it), resuming after the last stored day; stops at the first day not stored.
     Exit 1 unless every day is stored."""
+    _require_model(model, "world")
     from synth.runs import synth_world
 
     settings = _settings(model, judge_model, embedding_model, api_base, concurrency,
@@ -363,6 +394,8 @@ def synth_tasks_cmd(ctx: click.Context, persona: str, days_text: str, difficulty
     the five gates with up to two LLM revisions; accepted tasks into the run's pack.
     Without --judge-model gates 1 and 5's judged part are not run."""
     from synth.errors import SynthError
+
+    _require_model(model, "tasks")
     from synth.runs import NOT_RUN_NO_MODEL, synth_tasks
 
     try:
@@ -402,10 +435,24 @@ def synth_tasks_cmd(ctx: click.Context, persona: str, days_text: str, difficulty
 def synth_funnel_cmd(run_dir: Path, as_json: bool) -> None:
     """The run's task funnel (WildAWM's): candidates, held back by the diversity gate,
     per gate the tasks that reached it, passed directly and after feedback, revisions;
-    tokens per task, acceptance rate, hard and medium counts."""
-    from synth.runs import task_funnel
+    tokens per task, acceptance rate, hard and medium counts. An environment run (`synth
+    envs`), which has no such tasks, shows its stages instead (as `synth envs` ends)."""
+    _require_run(run_dir)
+    from synth.runs import read_config, summarize, task_funnel
 
     report = task_funnel(run_dir)
+    kinds = {c.kind for c in read_config(run_dir).commands}
+    if report["candidates"] == 0 and "envs" in kinds and "tasks" not in kinds:
+        # The task funnel counts `synth tasks`' candidates: all zeros here would say
+        # nothing. What an environment run has is its pipeline's stage counts.
+        summary = summarize(run_dir)
+        if as_json:
+            render.emit_json({"run": str(run_dir), "kind": "envs", "summary": summary})
+        else:
+            click.echo(f"{run_dir} is an environment run (synth envs): its stages; the task "
+                       "funnel is for the tasks of `synth tasks` on a persona run")
+            click.echo(summary_table(summary))
+        return
     if as_json:
         render.emit_json(report)
     else:
@@ -491,8 +538,8 @@ def _stage_report(what: str, report: dict[str, Any], as_json: bool,
 
 def _day_from_episode(ctx: click.Context, persona: str, day: int, episode_id: str,
                       as_json: bool) -> None:
-    from synth.days import day_from_episode, store_day
     from synth.errors import SynthError
+    from synth.worlds.days import day_from_episode, store_day
     from worldenv.instances.episodes import load_episode
 
     store = worlds(ctx)
@@ -517,6 +564,7 @@ def _day_from_episode(ctx: click.Context, persona: str, day: int, episode_id: st
 def synth_status_cmd(run_dir: Path, as_json: bool) -> None:
     """Per stage of the run RUN_DIR: done, failed, attempts, tokens, cost (from the stored
     outcomes, so a killed run too)."""
+    _require_run(run_dir)
     from synth.runs import status
 
     found = status(run_dir)
@@ -542,6 +590,7 @@ def synth_status_cmd(run_dir: Path, as_json: bool) -> None:
 def synth_replay_cmd(run_dir: Path, out: Path | None, as_json: bool) -> None:
     """Re-run the run RUN_DIR offline from its recordings into a fresh folder and store,
     and compare every output byte for byte and every world hash. Exit 1 if any differs."""
+    _require_run(run_dir)
     from synth.runs import replay_run
 
     report = replay_run(run_dir, out)

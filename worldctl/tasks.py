@@ -107,7 +107,7 @@ def task_verify(ctx: click.Context, task_dir: Path, episode_id: str, answer: str
 @click.argument("task_dir", type=TASK_DIR)
 @click.option("--agent", "agent_spec", default="scripted:reference", show_default=True,
               help="scripted:reference|nothing|first-half|first-K|shortcut|answer-only, or "
-                   "llm:MODEL (through litellm; see WORLDCTL_LLM_* in the README).")
+                   "llm:MODEL (through litellm; see WORLDCTL_LLM_* in docs/guides/grading.md).")
 @click.option("-n", "n", default=1, show_default=True, type=click.IntRange(min=1),
               help="Number of rollouts.")
 @click.option("--hinted", default=0, show_default=True, type=click.IntRange(min=0),

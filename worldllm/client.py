@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, get_args
@@ -44,6 +43,7 @@ import msgspec
 
 from worldllm.errors import LLMCallError, NoModel, RecordingMissing
 from worldstore.errors import ConfigError
+from worldstore.folders import write_file
 
 Mode = Literal["live", "record", "replay", "cache"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -294,9 +294,7 @@ class LLMClient:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = msgspec.json.format(msgspec.json.encode(record, order="sorted"), indent=2)
         # Written beside and renamed, so a concurrent replay never reads half a file.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(data + b"\n")
-        tmp.replace(path)
+        write_file(path, data + b"\n")
 
     def _replay(self, key: str, request: dict[str, Any]) -> Completion:
         record = self._recording(key, _Recording, lambda path: (

@@ -12,13 +12,16 @@ with ``lstat`` before it is used:
 * a **write** creates a new file under a fresh name in its folder (``O_CREAT | O_EXCL |
   O_NOFOLLOW``) and renames it over the old name inside the same directory descriptor, so
   what was there (a symlink, a hardlink of a file elsewhere) is replaced, never written
-  through; folders on the way are made with ``mkdirat``;
+  through; folders on the way are made with ``mkdirat``. It is the project's one atomic
+  write: ``write_bytes``/``write_file`` for bytes in hand, ``writing_file`` for a file
+  written in pieces (an archive, a generated log);
 * ``check_writable`` looks at every target of a command before it writes any, so a
   command refused for a link where it would write has written nothing;
   ``check_named_file`` does the same for a file named whole on the command line
   (``--out FILE``), whose folder must not be a symlink either;
 * ``staged_folder`` gives a command that fills a new folder a fresh temporary one beside
-  it, renamed into place only when the command succeeds.
+  it, renamed into place only when the command succeeds (or swapped for a folder the
+  caller may replace).
 
 A refusal is a ``FolderError`` naming the path, so the command line shows it as one
 ``error:`` line.
@@ -34,6 +37,7 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from worldstore.errors import FolderError
 
@@ -305,11 +309,12 @@ def write_bytes(root: Path, rel: str, data: bytes, *, durable: bool = False,
                 mode: int = 0o644) -> Path:
     """Write `data` as the file `rel` under `root` (folders on the way made as needed):
     a new file under a temporary name, renamed over `rel` in the same folder, so no link
-    is followed and a file hardlinked from elsewhere is replaced, not changed. Returns
-    root/rel."""
+    is followed and a file hardlinked from elsewhere is replaced, not changed, and a crash
+    leaves the old file or the new one, never half of one. Returns root/rel."""
     parts = parts_of(rel)
-    with _dir_fd(root, parts[:-1], create=True) as fd:
-        _replace_at(fd, parts[-1], data, root / rel, durable=durable, mode=mode)
+    with _dir_fd(root, parts[:-1], create=True) as fd, \
+            _replacing_at(fd, parts[-1], root / rel, durable=durable, mode=mode) as fh:
+        fh.write(data)
     return root / rel
 
 
@@ -318,8 +323,19 @@ def write_file(path: Path, data: bytes, *, durable: bool = False) -> Path:
     return write_bytes(path.parent, path.name, data, durable=durable)
 
 
-def _replace_at(fd: int, name: str, data: bytes, where: Path, *, durable: bool,
-                mode: int) -> None:
+@contextlib.contextmanager
+def writing_file(path: Path, *, durable: bool = False, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """write_file for content written in pieces: the block writes to the file handed to
+    it, and `path` is replaced when the block ends without an exception; when it raises,
+    the temporary file is removed and `path` is untouched."""
+    with _dir_fd(path.parent, [], create=True) as fd, \
+            _replacing_at(fd, path.name, path, durable=durable, mode=mode) as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _replacing_at(fd: int, name: str, where: Path, *, durable: bool,
+                  mode: int) -> Iterator[BinaryIO]:
     st = _lstat_at(fd, name)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise FolderError(f"{where}: a folder where the file is to be written; refused")
@@ -327,7 +343,7 @@ def _replace_at(fd: int, name: str, data: bytes, where: Path, *, durable: bool,
     handle = os.open(temp, _NEW_FILE_FLAGS, mode, dir_fd=fd)
     try:
         with open(handle, "wb", closefd=True) as fh:
-            fh.write(data)
+            yield fh
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -361,18 +377,28 @@ def refuse_unless_new(path: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def staged_folder(dest: Path, what: str) -> Iterator[Path]:
+def staged_folder(dest: Path, what: str, *, replacing: bool = False) -> Iterator[Path]:
     """A fresh temporary folder beside `dest` to fill; renamed to `dest` when the block
     ends without an exception, removed (and `dest` untouched) when it raises. `dest` must
-    be absent or an empty folder."""
-    refuse_unless_new(dest, what)
+    be absent or an empty folder; with `replacing`, a `dest` that is there (the caller has
+    checked it is its own to replace) is moved aside, the new folder renamed in, and the
+    old one removed."""
+    if not replacing:
+        refuse_unless_new(dest, what)
     parent = dest.parent
     parent.mkdir(parents=True, exist_ok=True)
     temp = Path(tempfile.mkdtemp(prefix=f".{dest.name[:64]}.", suffix=".partial", dir=parent))
     try:
         yield temp
-        refuse_unless_new(dest, what)  # made meanwhile by someone else: keep theirs
-        os.rename(temp, dest)
+        if replacing and os.path.lexists(dest):
+            old = dest.with_name(f".{dest.name[:64]}.old")
+            _remove(old)  # left by a crash between the two renames
+            os.rename(dest, old)
+            os.rename(temp, dest)
+            _remove(old)
+        else:
+            refuse_unless_new(dest, what)  # made meanwhile by someone else: keep theirs
+            os.rename(temp, dest)
     except BaseException:
         _remove(temp)
         raise

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import NamedTuple
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.S)
 _FIRST_WORD = re.compile(r"\s*([A-Za-z]+)")
@@ -17,6 +19,15 @@ def _without_comments(text: str, replacement: str) -> str:
     if "--" not in text and "/*" not in text:
         return text
     return _COMMENTS.sub(replacement, text)
+
+
+def like_escape(text: str) -> str:
+    """`text` with LIKE's wildcards escaped, for a pattern written ``... LIKE ? ESCAPE '\\'``.
+
+    The backslash itself is escaped first, so a search for ``50%_off\\`` matches exactly
+    those characters; the caller adds the ``%`` around it that "anywhere" needs.
+    """
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def only_comments(text: str) -> bool:
@@ -73,44 +84,89 @@ _TRANS = (
 )
 _KEYWORDS = {"create": _CREATE, "temp": _TEMP, "temporary": _TEMP, "trigger": _TRIGGER,
              "explain": _EXPLAIN, "end": _END}
-# One token per match, as complete.c's tokenizer cuts them. An identifier character is
-# alphanumeric, '_', '$' or not ASCII (every byte of a UTF-8 sequence is >= 0x80 there).
-# The "open" groups are a comment, quote or bracket running to the end of the text:
-# sqlite3_complete is false for any prefix that ends inside one ("--" is different: at
-# the end of the text it leaves the state as it was).
-_TOKEN = re.compile(
-    r"(?P<semi>;)"
-    r"|(?P<ws>[ \t\n\f\r]+|/\*.*?\*/|--[^\n]*\n)"
-    r"|(?P<open>/\*.*|--[^\n]*\Z|\[[^\]]*\Z|`[^`]*\Z|\"[^\"]*\Z|'[^']*\Z)"
-    r"|(?P<quoted>\[[^\]]*\]|`[^`]*`|\"[^\"]*\"|'[^']*')"
-    r"|(?P<word>[0-9A-Za-z_$\u0080-\U0010ffff]+)"
-    r"|(?P<other>.)",
-    re.S,
-)
+# complete.c cuts an identifier as a run of alphanumerics, '_', '$' and anything not
+# ASCII (every byte of a UTF-8 sequence is >= 0x80 there); every other character of code
+# is a token of its own.
+_COMPLETE_RUN = re.compile(r"[0-9A-Za-z_$\u0080-\U0010ffff]+|.", re.S)
+_CODE = frozenset({"blob", "num", "param", "word", "op"})
 
 
 def first_statement_end(sql: str) -> int | None:
     """The index of the ``;`` ending the first complete statement of `sql`, or None: the
-    first ``i`` with ``sql[i] == ';'`` and sqlite3_complete(sql[:i + 1]) true."""
+    first ``i`` with ``sql[i] == ';'`` and sqlite3_complete(sql[:i + 1]) true.
+
+    It reads ``sql_tokens``: whitespace and comments are complete.c's whitespace, quotes
+    and bracketed names its other tokens, a quote or comment left open the end of any
+    statement; the code between them is cut again into complete.c's identifiers, whose
+    keywords move the machine."""
     if ";" not in sql:  # (most statements: no token of the pass below could end one)
         return None
     state = 0
-    for m in _TOKEN.finditer(sql):
-        kind = m.lastgroup
+    code_from: int | None = None  # where the code not yet cut started
+    for token in sql_tokens(sql):
+        kind = token.kind
+        if kind in _CODE:
+            if code_from is None:
+                code_from = token.start
+            continue
+        if code_from is not None:
+            state = _after_code(sql[code_from:token.start], state)
+            code_from = None
         if kind == "semi":
             state = _TRANS[state][_SEMI]
             if state == _START:
-                return m.start()
-        elif kind == "ws":
+                return token.start
+        elif kind in ("ws", "comment"):
             state = _TRANS[state][_WS]
-        elif kind == "word":
-            word = m.group()
-            # complete.c compares keywords byte by byte, ASCII case folded only
-            token = _KEYWORDS.get(word.lower(), _OTHER) if len(word) <= 9 and word.isascii() \
-                else _OTHER
-            state = _TRANS[state][token]
         elif kind == "open":
             return None  # no later prefix ends outside this comment or quote
         else:
             state = _TRANS[state][_OTHER]
     return None
+
+
+def _after_code(code: str, state: int) -> int:
+    for m in _COMPLETE_RUN.finditer(code):
+        word = m.group()
+        # complete.c compares keywords byte by byte, ASCII case folded only
+        token = _KEYWORDS.get(word.lower(), _OTHER) if len(word) <= 9 and word.isascii() \
+            else _OTHER
+        state = _TRANS[state][token]
+    return state
+
+
+# --- one lexer for SQL text ---------------------------------------------------------------
+#
+# The project's one cut of SQL into tokens: the statement count above reads it, and so do
+# the checks of a day's SQL (clock and randomness reads, the values an INSERT writes).
+# Whitespace is SQLite's complete.c's (space, tab, newline, form feed, carriage return);
+# "open" is a comment, quote or bracketed name that runs to the end of the text.
+_LEX = re.compile(r"""
+    (?P<ws>[ \t\n\f\r]+)
+  | (?P<comment>--[^\n]*|/\*.*?\*/)
+  | (?P<open>/\*.*|\[[^\]]*\Z|`[^`]*\Z|"[^"]*\Z|'[^']*\Z)
+  | (?P<blob>[xX]'[0-9a-fA-F]*')
+  | (?P<str>'(?:[^']|'')*')
+  | (?P<ident>"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\])
+  | (?P<num>0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
+  | (?P<param>\?\d*|[:@$][A-Za-z_][A-Za-z0-9_]*)
+  | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+  | (?P<semi>;)
+  | (?P<op>.)
+""", re.S | re.X)
+
+
+class SqlToken(NamedTuple):
+    """One token: its kind (``ws``, ``comment``, ``open``, ``blob``, ``str``, ``ident``
+    (a quoted or bracketed name), ``num``, ``param``, ``word``, ``semi`` or ``op``), its
+    text, and where it starts in the SQL."""
+
+    kind: str
+    text: str
+    start: int
+
+
+def sql_tokens(sql: str) -> Iterator[SqlToken]:
+    """Every token of `sql`, in order; together they are the whole text."""
+    for m in _LEX.finditer(sql):
+        yield SqlToken(m.lastgroup or "op", m.group(), m.start())

@@ -2,7 +2,8 @@
 
 ``SHIPPED`` maps a service name (``chat``, ``shop``, ``calendar``, ``notes``) to its
 ``App``. Each app's ``source`` is its module's source text followed by the shared helpers'
-(``_common.py``), so ``app.digest`` pins all the code that serves a world.
+(``_common.py``, and the store's ``like_escape`` they search with), so ``app.digest`` pins
+all the code that serves a world.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from types import ModuleType
 
 from worldenv.apps import _common, calendar, chat, notes, shop
 from worldenv.core.app import App
+from worldstore.sqlcheck import like_escape
 
 
 def _ship(module: ModuleType) -> App:
     app = module.app
     if not isinstance(app, App):
         raise TypeError(f"{module.__name__}.app is not an App")
-    app.source = inspect.getsource(module) + inspect.getsource(_common)
+    app.source = (inspect.getsource(module) + inspect.getsource(_common)
+                  + inspect.getsource(like_escape))
     return app
 
 

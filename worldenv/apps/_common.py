@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 from worldenv.core.app import ToolError
+from worldstore.sqlcheck import like_escape
 
 
 def check_page(limit: int, offset: int) -> None:
@@ -17,8 +18,7 @@ def check_page(limit: int, offset: int) -> None:
 
 def like(word: str) -> str:
     """A LIKE pattern (ESCAPE '\\') matching `word` literally anywhere."""
-    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+    return f"%{like_escape(word)}%"
 
 
 def iso_day(value: str | None, name: str) -> str | None:

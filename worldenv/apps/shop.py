@@ -15,7 +15,8 @@ there; MVA is 25 % of subtotal plus shipping, rounded down to whole øre.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -362,17 +363,48 @@ def search_products(
 ) -> ProductPage:
     """Search the catalogue of products that are for sale (prices in øre excl. MVA)."""
     check_page(limit, offset)
+    total, rows = find_products(ctx, query=query, category=category, brand=brand,
+                                min_price_cents=min_price_cents,
+                                max_price_cents=max_price_cents, in_stock_only=in_stock_only,
+                                sort=sort, limit=limit, offset=offset)
+    return ProductPage(items=[_product(r) for r in rows], total=total, limit=limit,
+                       offset=offset)
+
+
+class Reads(Protocol):
+    """The reads ``find_products`` makes: a tool's context, or a page's (the shop's pages
+    search through it, so a page lists exactly what the tool would)."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
+
+    def value(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+
+MAX_QUERY_WORDS = 10
+SORT_ORDER = {"name": "p.name, p.id", "price_asc": "p.price_cents, p.id",
+              "price_desc": "p.price_cents DESC, p.id", "stock_desc": "p.stock DESC, p.id"}
+
+
+def find_products(db: Reads, *, query: str | None = None, category: str | None = None,
+                  brand: str | None = None, min_price_cents: int | None = None,
+                  max_price_cents: int | None = None, in_stock_only: bool = False,
+                  sort: str = "name", limit: int, offset: int
+                  ) -> tuple[int, list[dict[str, Any]]]:
+    """``search_products``'s query: how many active products match, and the rows
+    (``_PRODUCT_SQL``'s columns) of the page `limit`/`offset`. Every word of `query` (the
+    first ``MAX_QUERY_WORDS``) must occur in the name, SKU or brand; an unknown category
+    or sort is a ToolError."""
     where = ["p.is_active = 1"]
     params: list[Any] = []
-    for word in (query or "").split()[:10]:
+    for word in (query or "").split()[:MAX_QUERY_WORDS]:
         where.append("(p.name LIKE ? ESCAPE '\\' OR p.sku LIKE ? ESCAPE '\\' OR "
                      "COALESCE(p.brand, '') LIKE ? ESCAPE '\\')")
         params += [like(word)] * 3
     if category is not None:
-        cat_id = ctx.value("SELECT id FROM categories WHERE slug = ?", (category,))
+        cat_id = db.value("SELECT id FROM categories WHERE slug = ?", (category,))
         if cat_id is None:
             known = ", ".join(str(r["slug"]) for r in
-                              ctx.rows("SELECT slug FROM categories ORDER BY id"))
+                              db.rows("SELECT slug FROM categories ORDER BY id"))
             raise ToolError(f"No category {category!r}; known categories: {known}")
         where.append("p.category_id = ?")
         params.append(cat_id)
@@ -387,16 +419,13 @@ def search_products(
         params.append(max_price_cents)
     if in_stock_only:
         where.append("p.stock > 0")
-    order = {"name": "p.name, p.id", "price_asc": "p.price_cents, p.id",
-             "price_desc": "p.price_cents DESC, p.id", "stock_desc": "p.stock DESC, p.id"}
-    if sort not in order:
-        raise ToolError(f"sort must be one of {', '.join(order)}, got {sort!r}")
+    if sort not in SORT_ORDER:
+        raise ToolError(f"sort must be one of {', '.join(SORT_ORDER)}, got {sort!r}")
     clause = " AND ".join(where)
-    total = int(ctx.value(f"SELECT COUNT(*) FROM products p WHERE {clause}", params))
-    rows = ctx.rows(_PRODUCT_SQL + f" WHERE {clause} ORDER BY {order[sort]} LIMIT ? OFFSET ?",
-                    [*params, limit, offset])
-    return ProductPage(items=[_product(r) for r in rows], total=total, limit=limit,
-                       offset=offset)
+    total = int(db.value(f"SELECT COUNT(*) FROM products p WHERE {clause}", params))
+    rows = db.rows(_PRODUCT_SQL + f" WHERE {clause} ORDER BY {SORT_ORDER[sort]} "
+                   "LIMIT ? OFFSET ?", [*params, limit, offset])
+    return total, rows
 
 
 @app.tool(writes=False)

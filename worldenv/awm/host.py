@@ -2,9 +2,10 @@
 
 AWM (Agent World Model, arXiv 2602.10090) generates one FastAPI + SQLAlchemy + pydantic
 server file per scenario. agent-worlds serves that code natively as MCP tools through the
-**AWM adapter**, an app of the project: the adapter's code is shipped (``worldenv.awm.adapter``),
-pinned by name (``AWM_APP``), version (``AWM_ADAPTER_VERSION``) and the xxh3-128 digest of
-its source (``adapter_digest()``), and each scenario's generated code is carried verbatim
+**AWM adapter**, an app of the project: the adapter's code is shipped (the package
+``worldenv.awm.adapter``), pinned by name (``AWM_APP``), version (``AWM_ADAPTER_VERSION``)
+and the xxh3-128 digest of its modules' sources in a fixed order (``adapter_digest()``, from
+``worldenv.awm.shipping``), and each scenario's generated code is carried verbatim
 in the world's log inside a small module (``awm_app_source``) that names the adapter's
 version and digest. Loading it refuses any other adapter than the pinned one.
 
@@ -29,9 +30,8 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-from worldstore.canonical import digest
+from worldenv.awm.shipping import adapter_digest, adapter_source
 
 __all__ = ["AWM_ADAPTER_VERSION", "AWM_APP", "AWM_SERVICE", "HTTP_METHODS", "REFUSED_MODULES",
            "adapter_digest", "adapter_source", "awm_app_source", "operation_ids",
@@ -41,19 +41,9 @@ AWM_APP = "awm"
 AWM_ADAPTER_VERSION = "1.0.0"
 AWM_SERVICE = "awm"  # the service an imported scenario's database and app are
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
-# As worldenv.awm.adapter.REFUSED_MODULES (the worker's copy; the host never imports it).
+# As worldenv.awm.adapter.freeze.REFUSED_MODULES (the worker's copy; the host never
+# imports it).
 REFUSED_MODULES = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
-_ADAPTER = Path(__file__).with_name("adapter.py")
-
-
-def adapter_source() -> str:
-    """The shipped adapter's source text (what the carried modules pin by digest)."""
-    return _ADAPTER.read_text(encoding="utf-8")
-
-
-def adapter_digest() -> str:
-    """xxh3-128 of the shipped adapter's source."""
-    return digest(adapter_source().encode("utf-8"))
 
 
 def awm_app_source(code: str, *, service: str = AWM_SERVICE) -> str:

@@ -40,16 +40,13 @@ from typing import Any
 
 from worldenv.errors import BrowserError, SandboxError
 from worldenv.gui.site import ORIGIN
-from worldenv.sandbox import (
-    Rlimits,
-    SandboxPolicy,
-    Tmpfs,
-    browser_ids,
+from worldenv.sandbox.bubblewrap import (
     bwrap_argv,
     find_sandbox_tools,
     kill_sandbox,
     popen_long_lived,
 )
+from worldenv.sandbox.policy import Rlimits, SandboxPolicy, Tmpfs, browser_ids
 
 __all__ = ["Browser", "BrowserPage", "Intercepted", "Served", "shared_browser"]
 

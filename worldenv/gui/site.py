@@ -3,13 +3,14 @@
 A site belongs to one service and is declared beside the service's app (the shipped ones
 in ``worldenv.sites``)::
 
-    site = Site(service="shop", title="AVLager", nav=(("Products", "/products"),))
+    site = Site(service="shop", title="AVLager", nav=(("Products", "/products"),),
+                templates=__name__)
 
     @site.page("/products/{product_id:int}")
     def product(ctx: PageContext, product_id: int) -> Page:
         row = ctx.row("SELECT * FROM products WHERE id = ?", (product_id,))
         ...
-        return Page(title=row["name"], body=markup("<h1>{}</h1>...", row["name"]))
+        return Page(title=row["name"], body=ctx.render("shop/product.html", p=row))
 
     @site.form("/cart/add")
     def add(ctx: PageContext, fields: Fields) -> Page | Redirect:
@@ -23,12 +24,15 @@ dispatch (``ctx.call``), so its writes are captured into the episode exactly lik
 call's, under the GUI call's clock. That is also why a site is not part of a world's app
 pin: it changes how a world looks, never what it holds (every write is a pinned tool's).
 
-Pages escape by default. A page is built with ``markup(template, *values)``: the template
-is HTML the project writes (a literal), every value put into it is escaped unless it is
-itself ``Markup`` (what ``markup``, ``esc`` and ``link`` return), so a value from the world,
-the request or a tool (text, or a number column holding text: SQLite columns take any type)
-is shown, never run. Shipped sites build no HTML any other way (tests/test_hostile_pages.py
-checks the source, and crawls every page of a world with markup in every column). A photo
+Pages escape by default. A page's HTML is a Jinja2 template with autoescape
+(``ctx.render("chat/conversation.html", ...)``, from the ``templates/`` folder of the
+site's package, which can use this package's ``templates/`` too: the document around
+every page, the form macros): every value put into it is escaped unless it is
+``markupsafe.Markup`` (what ``render`` and ``esc`` return), so a value from the world, the
+request or a tool (text, or a number column holding text: SQLite columns take any type) is
+shown, never run. Shipped sites build no HTML any other way (tests/test_hostile_pages.py
+checks the sources and the templates, and crawls every page of a world with markup in
+every column). A photo
 is served only as a still image type its bytes say it is (PNG, JPEG, GIF, WebP), never as
 the world's ``content_type`` says: a world cannot serve a document of its own.
 
@@ -40,13 +44,16 @@ so the same world and the same actions give the same bytes and the same screensh
 
 from __future__ import annotations
 
-import html
+import functools
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
+
+import jinja2
+from markupsafe import Markup, escape
 
 from worldenv.core.contract import ToolResult
 from worldenv.errors import ToolError
@@ -65,9 +72,9 @@ __all__ = [
     "Site",
     "SiteHost",
     "esc",
-    "link",
-    "markup",
+    "render",
     "serve",
+    "templates",
 ]
 
 ORIGIN = "http://world.local"  # the origin an instance's pages have in its browser
@@ -77,56 +84,37 @@ CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; font-src 
 STATIC_FILES = {"DejaVuSans.ttf": "font/ttf", "DejaVuSans-Bold.ttf": "font/ttf"}
 
 
-class Markup(str):
-    """HTML the project wrote itself, or built with ``markup``: the only text that goes
-    into a page as it is. Anything else joined to it is escaped first (``+``, ``join``)."""
-
-    __slots__ = ()
-
-    def __add__(self, other: str) -> Markup:
-        return Markup(str.__add__(self, esc(other)))
-
-    def __radd__(self, other: str) -> Markup:
-        return Markup(str.__add__(esc(other), self))
-
-    def join(self, parts: Iterable[object]) -> Markup:
-        return Markup(str.join(self, (esc(part) for part in parts)))
-
-
-class _Field:
-    """A value in a ``markup`` template: ``str.format`` puts in what this formats to, the
-    value after its format spec, escaped (``Markup`` as it is; ``None`` empty)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __format__(self, format_spec: str) -> str:
-        value = self.value
-        if isinstance(value, Markup) and not format_spec:
-            return value
-        return esc(None if value is None else format(value, format_spec))
-
-
 def esc(value: object) -> Markup:
     """Text for HTML: a value is escaped, so a page shows it, never runs it (``None`` is
     empty; ``Markup`` is already HTML)."""
-    if isinstance(value, Markup):
-        return value
-    return Markup(html.escape("" if value is None else str(value), quote=True))
+    return escape(_shown(value))
 
 
-def markup(template: str, /, *values: object, **named: object) -> Markup:
-    """HTML from a template the project writes (``"<td>{}</td>"``, ``str.format``'s
-    fields) and values, each escaped unless it is ``Markup``."""
-    return Markup(template.format(*map(_Field, values),
-                                  **{name: _Field(value) for name, value in named.items()}))
+def _shown(value: object) -> object:
+    """What a value shows as: nothing for None (an empty column), not "None"."""
+    return "" if value is None else value
 
 
-def link(href: str, text: object) -> Markup:
-    """``<a href=...>text</a>``, both escaped."""
-    return markup('<a href="{}">{}</a>', href, text)
+@functools.cache
+def templates(package: str) -> jinja2.Environment:
+    """The templates of `package` (its ``templates/`` folder), then this package's: HTML
+    with autoescape, a missing value an error, None shown as nothing. One environment per
+    package: a package adds the functions its templates call to its ``globals``."""
+    loaders: list[jinja2.BaseLoader] = [jinja2.PackageLoader(package, "templates")]
+    if package != _FRAMEWORK:
+        loaders.append(jinja2.PackageLoader(_FRAMEWORK, "templates"))
+    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=True,
+                              undefined=jinja2.StrictUndefined, finalize=_shown)
+
+
+_FRAMEWORK = __name__.rpartition(".")[0]
+
+
+def render(module: str, template: str, /, **values: Any) -> Markup:
+    """The HTML of `template`, from the templates of the package that `module` (a module
+    name, ``__name__``) is in, with `values` escaped."""
+    package = module if module == _FRAMEWORK else module.rpartition(".")[0]
+    return Markup(templates(package).get_template(template).render(**values))
 
 
 # --- requests and responses -------------------------------------------------------------
@@ -299,13 +287,16 @@ class PageContext:
         kept = {k: str(v) for k, v in query.items() if v is not None and v != ""}
         return base + ("?" + urllib.parse.urlencode(kept) if kept else "")
 
+    def render(self, template: str, /, **values: Any) -> Markup:
+        """HTML of a template of this site's package, given ``ctx`` and `values`."""
+        return render(self.site.templates, template, ctx=self, **values)
+
     def refused(self, result: ToolResult, title: str = "Not done") -> Page | None:
         """The page that says why the tool refused a form (None when it did not)."""
         if not result.is_error:
             return None
-        return Page(title=title, status=422, body=markup(
-            '<p class="error" role="alert">{}</p><p>{}</p>', result.text,
-            link(self.url("/"), "Back to " + self.site.title)))
+        return Page(title=title, status=422, body=render(
+            __name__, "refused.html", text=result.text, back=self.url("/"), site=self.site))
 
 
 # --- sites and routes ---------------------------------------------------------------------
@@ -356,6 +347,7 @@ class Site:
     title: str
     nav: tuple[tuple[str, str], ...] = ()  # (label, site path) links in the header
     routes: list[Route] = field(default_factory=list)
+    templates: str = __name__  # the module whose package's templates/ its pages render
 
     def page(self, pattern: str) -> Callable[[PageFn], PageFn]:
         """A page (GET) at `pattern` under the site (``/products/{product_id:int}``)."""
@@ -392,8 +384,8 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
     exception; a page that fails is a 500 page naming the page."""
     segments = [s for s in request.path.split("/") if s]
     if request.method not in ("GET", "POST"):
-        return _page(Page("Not allowed", markup("<p>{} is not served.</p>", request.method),
-                          405), None)
+        return _page(Page("Not allowed", render(__name__, "message.html", text=(
+            f"{request.method} is not served.")), 405), None)
     if not segments:
         return _page(_index(sites), None)
     if segments[0] == "_static" and len(segments) == 2 and segments[1] in STATIC_FILES:
@@ -402,28 +394,26 @@ def serve(sites: Mapping[str, Site], host: SiteHost, request: PageRequest, now: 
     site = sites.get(segments[0])
     found = site.find(request.method, segments[1:]) if site is not None else None
     if site is None or found is None:
-        return _page(Page("Not found", markup('<p>No page {}.</p><p><a href="/">All apps</a>'
-                                              "</p>", request.path), 404), site)
+        return _page(Page("Not found", render(__name__, "not_found.html", path=request.path),
+                          404), site)
     route, params = found
     ctx = PageContext(host, site, request, now)
     try:
         reply = (route.fn(ctx, Fields(request.form), **params) if route.method == "POST"
                  else route.fn(ctx, **params))
     except ToolError as exc:
-        reply = Page("Not done", markup('<p class="error" role="alert">{}</p>', exc), 422)
+        reply = Page("Not done", render(__name__, "error.html", text=str(exc)), 422)
     except Exception as exc:  # a page's own bug: the agent sees a 500, its episode goes on
-        reply = Page("Page failed", markup('<p class="error" role="alert">The page {} failed '
-                                           "({}).</p>", route.pattern, type(exc).__name__),
-                     500)
+        reply = Page("Page failed", render(__name__, "error.html", text=(
+            f"The page {route.pattern} failed ({type(exc).__name__}).")), 500)
     if isinstance(reply, Redirect):
         return PageResponse(303, "text/plain; charset=utf-8", b"",
                             location=f"/{site.service}{reply.path}")
     if isinstance(reply, Blob):
         kind = image_type(reply.data)
         if kind is None:
-            return _page(Page("Not an image", markup(
-                "<p>{} is not a still image (PNG, JPEG, GIF or WebP).</p>", request.path),
-                404), site)
+            return _page(Page("Not an image", render(__name__, "message.html", text=(
+                f"{request.path} is not a still image (PNG, JPEG, GIF or WebP).")), 404), site)
         return PageResponse(200, kind, reply.data)
     return _page(reply, site)
 
@@ -442,53 +432,12 @@ def image_type(data: bytes) -> str | None:
 
 
 def _index(sites: Mapping[str, Site]) -> Page:
-    items = Markup().join(markup('<li><a href="/{}/">{}</a> <span class="muted">({})</span>'
-                                 "</li>", s.service, s.title, s.service)
-                          for s in sorted(sites.values(), key=lambda s: s.service))
-    return Page("Apps", markup('<h1>Apps</h1><ul class="apps">{}</ul>', items))
+    return Page("Apps", render(__name__, "index.html",
+                               sites=sorted(sites.values(), key=lambda s: s.service)))
 
 
 def _page(page: Page, site: Site | None) -> PageResponse:
-    nav = Markup() if site is None else Markup().join(
-        markup('<a href="/{}{}">{}</a>', site.service, path, label) for label, path in site.nav)
-    brand = (Markup("Apps") if site is None
-             else markup('<a class="brand" href="/{}/">{}</a>', site.service, site.title))
     title = page.title if site is None else f"{page.title} · {site.title}"
     body = page.body if isinstance(page.body, Markup) else Markup(page.body)
-    document = markup('<!doctype html><html lang="en"><head><meta charset="utf-8">'
-                      "<title>{}</title><style>{}</style></head><body>"
-                      '<header><a class="home" href="/">☰ Apps</a> {}<nav>{}</nav></header>'
-                      "<main>{}</main></body></html>", title, STYLE, brand, nav, body)
+    document = render(__name__, "page.html", title=title, site=site, body=body)
     return PageResponse(page.status, "text/html; charset=utf-8", document.encode("utf-8"))
-
-
-# One style sheet for every site: the bundled font only, no transition or animation, so a
-# page renders the same on every machine (the instances' browser stops animation time too).
-STYLE = Markup("""
-@font-face{font-family:W;src:url(/_static/DejaVuSans.ttf);font-weight:400;font-display:block}
-@font-face{font-family:W;src:url(/_static/DejaVuSans-Bold.ttf);font-weight:700;
-font-display:block}
-*,*::before,*::after{box-sizing:border-box;font-family:W;animation:none!important;
-transition:none!important;caret-color:transparent}
-body{margin:0;font-size:15px;line-height:1.4;color:#1d2327;background:#f4f5f7}
-header{display:flex;gap:18px;align-items:center;padding:10px 18px;background:#23313f;
-color:#fff}
-header a{color:#fff;text-decoration:none}header .brand{font-weight:700;font-size:17px}
-header nav{display:flex;gap:14px}header .home{opacity:.8}
-main{padding:16px 18px;max-width:1000px}
-h1{font-size:22px;margin:4px 0 12px}h2{font-size:17px;margin:16px 0 8px}
-a{color:#1a5fb4}.muted{color:#68717a}.error{color:#a51d2d;font-weight:700}
-table{border-collapse:collapse;background:#fff;width:100%}
-th,td{border:1px solid #d5d9de;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#e9ecef}td.num,th.num{text-align:right}
-form.inline{display:inline}
-input,select,textarea,button{font-size:14px;padding:4px 8px;border:1px solid #98a1ab;
-border-radius:3px;background:#fff}
-button{background:#1a5fb4;color:#fff;border-color:#1a5fb4;font-weight:700}
-.card{background:#fff;border:1px solid #d5d9de;padding:12px;margin:0 0 12px}
-.grid{display:grid;grid-template-columns:repeat(3,1fr);gap:12px}
-.photo{width:320px;height:240px;border:1px solid #d5d9de;background:#fff}
-.thumb{width:160px;height:120px;border:1px solid #d5d9de;background:#fff}
-.msg{background:#fff;border:1px solid #d5d9de;padding:8px 10px;margin:0 0 8px}
-.msg .who{font-weight:700}.msg.mine{background:#e8f1fb}
-""")

@@ -61,7 +61,7 @@ def save_episode(worlds: Worlds, item: Instance | Episode) -> str:
             episode = msgspec.structs.replace(episode,
                                               final_hash=replay_episode(worlds, episode))
     else:
-        episode = msgspec.structs.replace(item.episode, final_hash=item.hash())
+        episode = msgspec.structs.replace(item.episode, final_hash=item.settle())
         episode = msgspec.structs.replace(episode, episode_id=content_id(episode))
         item.episode = msgspec.structs.replace(item.episode, episode_id=episode.episode_id)
     worlds.store.put_episode(episode_record(episode))

@@ -67,7 +67,7 @@ from worldenv.errors import AppLoadError, AppPinError, InstanceClosed, SandboxEr
 from worldenv.gui.browser import Browser, Intercepted, Served, shared_browser
 from worldenv.gui.site import PageRequest, PageResponse, Site, serve
 from worldenv.gui.tools import GuiSession
-from worldenv.sandbox import default_sandbox, run_sandboxed
+from worldenv.sandbox.choice import default_sandbox, run_sandboxed
 from worldenv.sandbox.workers import RemoteApp, RemoteTool, WorkerLimits, WorkerPool
 from worldenv.sites import SHIPPED_SITES
 from worldstore.canonical import digest_of
@@ -295,6 +295,8 @@ class Instance:
         self.keep_screenshots = True
         self._gui: GuiSession | None = None
         self._page_call: _PageCall | None = None
+        self._settled: str | None = None  # the world's hash since the last call (settle)
+        self.hashes = 0  # times the whole world was hashed (each reads every part)
         self._new_episode()
 
     # --- the agent's surface -------------------------------------------------------
@@ -561,12 +563,28 @@ class Instance:
             self._close_connections()
             self.mount.reset()
             self._workspace = None
+            self._settled = None
             self._new_episode()
 
+    def settle(self) -> str:
+        """Make the world whole on disk and return its hash: the connections closed
+        (their journals settled) and every lazy part copied, so ``mount.path`` is the
+        world W a verifier reads. The hash is kept until the next call: a rollout settles
+        once at its end and passes the hash on (the stored episode, the rollout, grading)
+        instead of hashing the world again."""
+        self._check_open()
+        if self._settled is None:
+            self.hash()
+        assert self._settled is not None
+        return self._settled
+
     def hash(self) -> str:
+        """The world's hash now, computed again (every part hashed): ``settle`` keeps it."""
         self._check_open()
         self._close_connections()
-        return self.mount.hash()
+        self.hashes += 1
+        self._settled = self.mount.hash()
+        return self._settled
 
     def diff(self) -> WorldDiff:
         self._check_open()
@@ -670,6 +688,7 @@ class Instance:
             app.worker.forget(service_db(self.mount.path, app.service))
 
     def _next_call(self) -> int:
+        self._settled = None  # the call may change the world
         self._call_index += 1
         return self._call_index
 

@@ -1,17 +1,15 @@
-"""What a model is shown of an instance, rendered once for every surface.
+"""The protocol's renderer: every text a model is shown of an instance, made once.
 
-Four surfaces put an instance in front of a model: the LLM agent (``gates.llm_agent``, at
-evaluation), the verl agent loop (``rl.verl_loop`` over ``rl.world``, in RL), the gateway
-(``worldenv.serving.gateway``: MCP through ``worldenv.serving.mcp``, REST, OpenEnv; an outside
-agent's harness)
-and the SFT rows (``rl.sft``). A policy trained on one and evaluated on another must see
-the same bytes, so each thing a model sees is made by one function here and every surface
-calls it (``tests/test_observation.py`` runs the same actions through all four and
-compares the bytes):
+The surfaces that put an instance in front of a model (the LLM agent, the verl loop over
+``rl.world``, Gym, MCP, the gateway's REST and OpenEnv, the SFT rows) decode into the
+protocol's actions and call ``worldenv.protocol.execute``, which renders with these
+functions; a policy trained on one and evaluated on another sees the same bytes
+(``tests/test_observation.py`` runs the same actions through every surface):
 
-- the tools offered, OpenAI function format (``tool_schemas``: the instance's tools, the
-  GUI tools, ``shell`` and ``answer``; or meta mode's ``list_tools``, ``call_tool`` and
-  ``answer``), each from its ``ToolInfo`` (``function_schema``); the agent tools' own
+- the tools offered, in one order (``offered``; as function schemas, ``tool_schemas``:
+  the instance's tools, the GUI tools, ``shell`` and ``answer``; or meta mode's
+  ``list_tools``, ``call_tool`` and ``answer``), each from its ``ToolInfo``
+  (``function_schema``); the agent tools' own
   infos (``SHELL_TOOL_INFO``, ...) are what the gateway's MCP server serves too;
 - the catalogue, meta mode's ``list_tools`` result (``catalogue``): compact UTF-8 JSON,
   never cut;
@@ -83,15 +81,23 @@ def function_schema(info: ToolInfo) -> dict[str, Any]:
                          "parameters": info.input_schema or dict(NO_PARAMETERS)}}
 
 
+def offered(infos: Sequence[ToolInfo], *, mode: Mode = "tools", gui: bool = False,
+            shell: bool = True, answer: bool = True) -> tuple[ToolInfo, ...]:
+    """The tools offered, in the one order every surface offers them: in tools mode the
+    instance's tools (`infos`); in meta mode (AWM's) ``list_tools`` and ``call_tool``, the
+    instance's tools behind them; then the GUI tools when `gui`, ``shell`` and ``answer``,
+    each when enabled (the agents offer no GUI tools and no shell in meta mode)."""
+    agent = (*(GUI_TOOLS if gui else ()), *((SHELL_TOOL_INFO,) if shell else ()),
+             *((ANSWER_TOOL_INFO,) if answer else ()))
+    return (*(META_TOOL_INFOS if mode == "meta" else infos), *agent)
+
+
 def tool_schemas(infos: Sequence[ToolInfo], *, gui: bool = False, mode: Mode = "tools"
                  ) -> list[dict[str, Any]]:
-    """What the model is offered, in this order: in tools mode the instance's tools
-    (`infos`), the GUI tools when `gui`, ``shell`` and ``answer``; in meta mode (AWM's)
-    ``list_tools``, ``call_tool`` and ``answer``, the instance's tools behind them."""
-    if mode == "meta":
-        return [function_schema(t) for t in (*META_TOOL_INFOS, ANSWER_TOOL_INFO)]
-    return [function_schema(t) for t in (*infos, *(GUI_TOOLS if gui else ()),
-                                           SHELL_TOOL_INFO, ANSWER_TOOL_INFO)]
+    """What a model is offered (``offered``: the agents offer no shell in meta mode), as
+    function schemas."""
+    return [function_schema(t) for t in offered(infos, mode=mode, gui=gui and mode == "tools",
+                                                shell=mode == "tools")]
 
 
 def catalogue(infos: Sequence[ToolInfo]) -> str:
@@ -167,5 +173,5 @@ def shown(text: str, is_error: bool, limit: int = OBSERVATION_LIMIT, *,
 __all__ = ["ANSWER", "ANSWER_TOOL_INFO", "CALL_TOOL", "CALL_TOOL_INFO", "LIST_TOOLS",
            "LIST_TOOLS_INFO", "META_TOOL_INFOS", "NO_PARAMETERS", "OBSERVATION_LIMIT", "SHELL",
            "SHELL_TOOL_INFO", "Mode", "catalogue", "function_schema", "meta_call",
-           "not_executed", "shell_result", "shown", "text_argument_problem", "timed_out",
-           "tool_schemas", "unknown_tool"]
+           "not_executed", "offered", "shell_result", "shown", "text_argument_problem",
+           "timed_out", "tool_schemas", "unknown_tool"]

@@ -16,7 +16,7 @@ and the project's packages under ``/opt/src`` (all read-only), and a private ``/
 (tmpfs); the kernel's entropy and clock files (``MASKED``: ``/dev/urandom``,
 ``/proc/sys/kernel/random/uuid``, ``/proc/uptime``...) cannot be opened, and every worker
 has the same str hash seed, so what the app code writes cannot come from them. It runs as
-the sandbox's unprivileged user (``worldenv.sandbox.sandbox_ids``: as root, the dedicated
+the sandbox's unprivileged user (``worldenv.sandbox.policy.sandbox_ids``: as root, the dedicated
 system user), so no file of the host is writable there, and no instance
 directory, snapshot or store is there at all. A call's database reaches it as a file
 descriptor: on the first call of an instance in that worker (after ``forget``, or after
@@ -83,18 +83,15 @@ from worldenv.core.app import ToolSpec
 from worldenv.core.contract import CallClock, CallContext, Effect, ToolInfo, ToolResult
 from worldenv.core.dispatch import tool_failure
 from worldenv.errors import AppLoadError, SandboxError, WorkerError
-from worldenv.sandbox import (
-    Bind,
-    Rlimits,
-    SandboxPolicy,
-    Tmpfs,
+from worldenv.sandbox.app_worker import CALL_MESSAGE, FRAME_HEADER, MAX_FRAME, frame
+from worldenv.sandbox.bubblewrap import (
     bwrap_argv,
     find_sandbox_tools,
     kill_sandbox,
     popen_long_lived,
-    sandbox_ids,
 )
-from worldenv.sandbox.app_worker import CALL_MESSAGE, FRAME_HEADER, MAX_FRAME, frame
+from worldenv.sandbox.contract import Bind
+from worldenv.sandbox.policy import Rlimits, SandboxPolicy, Tmpfs, sandbox_ids
 from worldstore.canonical import digest
 
 PYTHON_AT = "/opt/python"

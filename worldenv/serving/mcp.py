@@ -8,28 +8,31 @@
 
 In either mode the caller may add agent tools beside them (the gateway does, per
 instance): ``shell(command)``, one bash command in the instance's workspace,
-``answer(text)``, the agent's final answer, and the GUI tools (``worldenv.gui.tools.GUI_TOOLS``:
-``gui_open``, ``gui_screenshot``, ``gui_click``, ``gui_type``, ``gui_key``, ``gui_scroll``,
-``gui_read``), actions in the instance's browser whose result is the action's text and
-the screenshot after it (an MCP ``ImageContent``, ``image/png``). They are the caller's
-coroutines: the server only names and describes them. ``gui_caller(instance)`` is the
-plain one for the GUI tools (``Instance.gui`` in a thread: an action can take a second,
-the first one starts the browser)::
+``answer(text)``, the agent's final answer, and the GUI tools
+(``worldenv.gui.tools.GUI_TOOLS``: ``gui_open``, ``gui_screenshot``, ``gui_click``,
+``gui_type``, ``gui_key``, ``gui_scroll``, ``gui_read``), actions in the instance's browser
+whose result is the action's text and the screenshot after it (an MCP ``ImageContent``,
+``image/png``). The tools are offered in the protocol's one order
+(``worldenv.protocol.toolset_of``). Each is enabled with True (done by the executor) or
+with a coroutine of the caller's that does it; ``gui_caller(instance)`` is the plain one
+for the GUI tools (``Instance.gui`` in a thread: an action can take a second, the first
+one starts the browser)::
 
-    server = instance_server(instance, gui=gui_caller(instance))
+    server = instance_server(instance, shell=True, gui=gui_caller(instance))
 
-This server is the only FastMCP layer of a call: its tools validate nothing and hand every
-call to the instance's one dispatch (``Instance.acall_tool``), which validates the
-arguments against the tool's schema, runs the tool against this instance only and records
-the call in its episode.
+This server is the only FastMCP layer of a call: every call, whatever its tool, is decoded
+into the agent protocol's action (``worldenv.protocol.decode_call``, as the LLM agent and
+the verl loop decode theirs) and done by ``worldenv.protocol.aexecute`` (or the caller's
+executor, ``execute=``: the gateway's adds its lock and timeout), which hands a tool call to
+the instance's one dispatch: it validates the arguments against the tool's schema, runs the
+tool against this instance only and records the call in its episode.
 
 What a model reads here is what the LLM agent and the RL loop show it
-(``worldenv.protocol.observation``):
-the agent tools and meta-tools are served with their names, descriptions and schemas;
-``list_tools`` answers with the catalogue's text (and the same list as structured
-content); a ``call_tool``, ``shell`` or ``answer`` call whose arguments cannot be used,
-and a call of a tool the server does not have, get the agents' "Not executed: ..." error
-result. The server works with any MCP transport: in memory
+(``worldenv.protocol.observation``): the agent tools and meta-tools are served with their
+names, descriptions and schemas; ``list_tools`` answers with the catalogue's text (and the
+same list as structured content); a ``call_tool``, ``shell`` or ``answer`` call whose
+arguments cannot be used, and a call of a tool the server does not have, get the agents'
+"Not executed: ..." error result. The server works with any MCP transport: in memory
 (``fastmcp.Client(server)``), stdio, or streamable HTTP (``server.http_app()``).
 """
 
@@ -45,20 +48,22 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools import Tool, ToolResult
 from mcp.types import CallToolRequestParams, ImageContent, TextContent, ToolAnnotations
 
-from worldenv.core.contract import ToolInfo
 from worldenv.core.contract import ToolResult as CallResult
-from worldenv.gui.tools import GUI_TOOLS, gui_tool_action
+from worldenv.gui.tools import GUI_TOOLS
 from worldenv.instances.instance import GuiResult, Instance
-from worldenv.protocol.observation import (
-    ANSWER_TOOL_INFO,
-    CALL_TOOL_INFO,
-    LIST_TOOLS_INFO,
-    SHELL_TOOL_INFO,
-    catalogue,
-    meta_call,
-    not_executed,
-    text_argument_problem,
-    unknown_tool,
+from worldenv.protocol import (
+    Action,
+    AnswerAction,
+    Executor,
+    GuiAction,
+    MetaCallAction,
+    Observation,
+    ShellAction,
+    ToolAction,
+    aexecute,
+    decode_call,
+    tool_observation,
+    toolset_of,
 )
 
 Mode = Literal["tools", "meta"]
@@ -69,44 +74,34 @@ AGENT_TOOLS = ("shell", "answer")
 GUI_TOOL_NAMES = tuple(t.name for t in GUI_TOOLS)
 
 
-class _InstanceTool(Tool):
-    """A tool whose call is the instance's (recorded) call of the same name: a plain
-    ``Tool``, so FastMCP passes the arguments on unchecked (the instance checks them)."""
+class _ProtocolTool(Tool):
+    """A tool of the server: a plain ``Tool`` (FastMCP checks nothing), whose call is
+    decoded into the protocol's action and handed to the executor."""
 
-    call: Any = None
-
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        result = await self.call(self.name, arguments)
-        return ToolResult(
-            content=[TextContent(type="text", text=result.text)],
-            structured_content=result.structured if isinstance(result.structured, dict)
-            else None,
-            is_error=result.is_error,
-        )
-
-
-class _GuiTool(Tool):
-    """A GUI tool (``gui_click``, ...): its call is one action of the instance's browser;
-    the result is the action's text and the screenshot after it. A plain ``Tool``: the
-    arguments pass on unchecked (``worldenv.gui.tools`` checks them, and a bad one is an error
-    result recorded in the episode like any other action)."""
-
-    gui: Any = None
+    run_action: Any = None
 
     async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        action = gui_tool_action(self.name)
-        assert action is not None
-        return gui_tool_result(await self.gui(action, arguments))
+        result: ToolResult = await self.run_action(self.name, arguments)
+        return result
+
+
+def observation_result(observation: Observation) -> ToolResult:
+    """An observation as MCP content: its text (then a GUI action's screenshot, PNG),
+    its error flag, and its structured part when that is an object."""
+    content: list[TextContent | ImageContent] = [
+        TextContent(type="text", text=observation.text)]
+    if observation.image is not None:
+        content.append(ImageContent(type="image", mime_type="image/png",
+                                    data=base64.b64encode(observation.image).decode("ascii")))
+    structured = observation.structured if isinstance(observation.structured, dict) else None
+    return ToolResult(content=content, structured_content=structured,
+                      is_error=observation.is_error)
 
 
 def gui_tool_result(result: GuiResult) -> ToolResult:
     """A GUI action's result as MCP content: its text, then the screenshot (PNG) when
     there is one."""
-    content: list[TextContent | ImageContent] = [TextContent(type="text", text=result.text)]
-    if result.image is not None:
-        content.append(ImageContent(type="image", mime_type="image/png",
-                                    data=base64.b64encode(result.image).decode("ascii")))
-    return ToolResult(content=content, is_error=result.is_error)
+    return observation_result(_gui_observation(result))
 
 
 def gui_caller(instance: Instance) -> GuiCaller:
@@ -120,119 +115,88 @@ def gui_caller(instance: Instance) -> GuiCaller:
 
 
 def instance_server(instance: Instance, mode: Mode = "tools", *,
-                    call: Caller | None = None, shell: TextCaller | None = None,
-                    answer: TextCaller | None = None, gui: GuiCaller | None = None
-                    ) -> FastMCP:
-    """`call` replaces ``instance.acall_tool`` as the coroutine every call goes through
-    (the gateway's adds locking and a timeout). `shell` and `answer`, when given, are
-    served as the tools of the same names, `gui` as the GUI tools (``gui_open``, ...;
-    ``gui_caller(instance)`` for a lone instance); ValueError if a service tool already
-    has one of these names in tools mode (a bare-named tool can)."""
-    caller: Caller = call or instance.acall_tool
-    server = FastMCP(f"agent-worlds {instance.record.persona}@{instance.record.day}")
-    if mode == "tools":
-        for info in instance.list_tools():
-            server.add_tool(_InstanceTool(
-                name=info.name, description=info.description, parameters=info.input_schema,
-                output_schema=info.output_schema, call=caller,
-                annotations=ToolAnnotations(read_only_hint=not info.writes),
-            ))
-    elif mode == "meta":
-        _add_meta_tools(server, instance, caller)
-    else:
+                    execute: Executor | None = None, call: Caller | None = None,
+                    shell: TextCaller | bool | None = None,
+                    answer: TextCaller | bool | None = None,
+                    gui: GuiCaller | bool | None = None) -> FastMCP:
+    """The MCP server of `instance`: its tools as the protocol's catalogue offers them
+    (``worldenv.protocol.toolset_of``: the service tools or the meta-tools, then the GUI
+    tools, ``shell`` and ``answer`` when enabled), every call done by `execute` (default:
+    ``worldenv.protocol.aexecute`` on the instance).
+
+    `shell`, `answer` and `gui` enable those tools: True through `execute`, or a coroutine
+    that does them instead (``gui_caller(instance)`` for a lone instance's GUI); `call`
+    replaces the executor for tool calls. ValueError if a service tool already has one of
+    these names in tools mode (a bare-named tool can)."""
+    if mode not in ("tools", "meta"):
         raise ValueError(f"unknown MCP mode {mode!r}: use 'tools' or 'meta'")
-    # In meta mode service tools sit behind call_tool: only the tools mode can clash.
-    taken = {t.name for t in instance.list_tools()} if mode == "tools" else set()
-    _add_agent_tools(server, taken, shell, answer, gui)
-    server.add_middleware(_UnknownTools(server))
+    offer = toolset_of(instance, mode=mode, gui=bool(gui), shell=bool(shell),
+                       answer=bool(answer))
+    service = {t.name for t in offer.service} if mode == "tools" else set()
+    for name, given in (*((n, gui) for n in GUI_TOOL_NAMES), ("shell", shell),
+                        ("answer", answer)):
+        if given and name in service:
+            raise ValueError(f"a service tool is already named {name!r}: the {name} tool "
+                             "cannot be served beside it (serve service-prefixed names)")
+    run = _executor(instance, execute, call, shell, answer, gui)
+
+    async def run_action(name: str, arguments: dict[str, Any]) -> ToolResult:
+        return observation_result(await run(decode_call(name, arguments, offer.names,
+                                                        mode=mode)))
+
+    server = FastMCP(f"agent-worlds {instance.record.persona}@{instance.record.day}")
+    gui_names = set(GUI_TOOL_NAMES)
+    for info in offer.tools:
+        hinted = info.name in service or info.name in gui_names
+        server.add_tool(_ProtocolTool(
+            name=info.name, description=info.description, parameters=info.input_schema,
+            output_schema=info.output_schema if info.name in service else None,
+            annotations=ToolAnnotations(read_only_hint=not info.writes) if hinted else None,
+            run_action=run_action))
+    server.add_middleware(_UnknownTools(run_action, offer.names))
     return server
 
 
-def _add_agent_tools(server: FastMCP, taken: set[str], shell: TextCaller | None,
-                     answer: TextCaller | None, gui: GuiCaller | None) -> None:
-    # In the order the agents offer them (worldenv.protocol.observation.tool_schemas): GUI, shell,
-    # answer.
-    wanted = [*((name, gui) for name in GUI_TOOL_NAMES), ("shell", shell), ("answer", answer)]
-    for name, given in wanted:
-        if given is not None and name in taken:
-            raise ValueError(f"a service tool is already named {name!r}: the {name} tool "
-                             "cannot be served beside it (serve service-prefixed names)")
-    if gui is not None:
-        for info in GUI_TOOLS:
-            server.add_tool(_GuiTool(
-                name=info.name, description=info.description, parameters=info.input_schema,
-                gui=gui, annotations=ToolAnnotations(read_only_hint=not info.writes)))
-    for info, key, given in ((SHELL_TOOL_INFO, "command", shell),
-                             (ANSWER_TOOL_INFO, "text", answer)):
-        if given is not None:
-            server.add_tool(_agent_tool(info, _text_tool(info.name, key, given)))
+def _executor(instance: Instance, execute: Executor | None, call: Caller | None,
+              shell: TextCaller | bool | None, answer: TextCaller | bool | None,
+              gui: GuiCaller | bool | None) -> Executor:
+    """Where the server's actions go: the given coroutines for what they do, the
+    executor for the rest."""
+    default: Executor = execute or (lambda action: aexecute(instance, action))
+
+    async def run(action: Action) -> Observation:
+        if call is not None and isinstance(action, ToolAction | MetaCallAction):
+            name = action.tool if isinstance(action, ToolAction) else action.tool_name
+            return tool_observation(await call(name, action.arguments))
+        if callable(shell) and isinstance(action, ShellAction):
+            return tool_observation(await shell(action.command))
+        if callable(answer) and isinstance(action, AnswerAction):
+            return tool_observation(await answer(action.text))
+        if callable(gui) and isinstance(action, GuiAction):
+            return _gui_observation(await gui(action.action, action.arguments))
+        return await default(action)
+
+    return run
 
 
-def _text_tool(name: str, key: str, run: TextCaller
-               ) -> Callable[[dict[str, Any]], Awaitable[CallResult]]:
-    """``shell`` or ``answer``: exactly one string argument, refused as the agents refuse
-    it (the tool is a plain one, so nothing else checks its arguments)."""
-
-    async def call(arguments: dict[str, Any]) -> CallResult:
-        problem = text_argument_problem(name, key, arguments)
-        if problem is not None:
-            return CallResult(True, not_executed(problem))
-        return await run(arguments[key])
-
-    return call
-
-
-class _AgentTool(Tool):
-    """An agent tool (``shell``, ``answer``, the meta-tools) described by its
-    ``worldenv.protocol.observation`` info, so its name, description and schema are the ones the LLM
-    agent and the RL loop offer; a plain ``Tool``: its call checks the arguments."""
-
-    call: Any = None
-
-    async def run(self, arguments: dict[str, Any]) -> ToolResult:
-        result: CallResult = await self.call(arguments)
-        structured = result.structured if isinstance(result.structured, dict) else None
-        return ToolResult(content=[TextContent(type="text", text=result.text)],
-                          structured_content=structured, is_error=result.is_error)
-
-
-def _agent_tool(info: ToolInfo, call: Callable[[dict[str, Any]], Awaitable[CallResult]]
-                ) -> Tool:
-    return _AgentTool(name=info.name, description=info.description,
-                      parameters=info.input_schema, call=call)
-
-
-def _add_meta_tools(server: FastMCP, instance: Instance, caller: Caller) -> None:
-    async def list_tools(arguments: dict[str, Any]) -> CallResult:
-        infos = instance.list_tools()
-        # the text is the catalogue the agents show; the structure, the same for programs
-        return CallResult(False, catalogue(infos), {"result": [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in infos]})
-
-    async def call_tool(arguments: dict[str, Any]) -> CallResult:
-        called = meta_call(arguments)
-        if isinstance(called, str):
-            return CallResult(True, not_executed(called))
-        return await caller(*called)
-
-    server.add_tool(_agent_tool(LIST_TOOLS_INFO, list_tools))
-    server.add_tool(_agent_tool(CALL_TOOL_INFO, call_tool))
+def _gui_observation(result: GuiResult) -> Observation:
+    return Observation(text=result.text, is_error=result.is_error, image=result.image,
+                       screenshot=result.screenshot, url=result.url)
 
 
 class _UnknownTools(Middleware):
     """A call of a tool the server does not have gets the error result the agents give
-    one (``worldenv.protocol.observation.unknown_tool``), not FastMCP's own error."""
+    one (the protocol's refusal of an unknown tool), not FastMCP's own error."""
 
-    def __init__(self, server: FastMCP) -> None:
-        self.server = server
+    def __init__(self, run_action: Callable[[str, dict[str, Any]], Awaitable[ToolResult]],
+                 names: frozenset[str]) -> None:
+        self.run_action = run_action
+        self.names = names
 
     async def on_call_tool(self, context: MiddlewareContext[CallToolRequestParams],
                            call_next: CallNext[CallToolRequestParams, ToolResult]
                            ) -> ToolResult:
-        known = {t.name for t in await self.server.list_tools()}
         name = context.message.name
-        if name not in known:
-            return ToolResult(content=[TextContent(type="text", text=not_executed(
-                unknown_tool(name, known)))], is_error=True)
+        if name not in self.names:
+            return await self.run_action(name, dict(context.message.arguments or {}))
         return await call_next(context)

@@ -1,24 +1,25 @@
-"""Small HTML pieces the shipped sites share: forms with labelled fields, and times.
+"""What the shipped sites' pages share besides their templates: reading a form's and a
+query's numbers, and writing counts and times.
 
-Every piece is built with ``markup`` (``worldenv.gui.site``): it escapes what it is given, so a
-site passes values from the world as they are, and returns ``Markup``, which the next
-template takes as the HTML it is. Times are the worlds' UTC timestamps
-(``2026-03-09T17:05:00Z``), shown in UTC with English names written out here (never the
-process's locale or time-zone database, which differ between machines), and "how long
-ago" is measured from the call's frozen clock (``ctx.now``), never the wall clock: the
-same world and the same calls give the same bytes.
+The HTML pieces (forms with labelled fields, a time with how long ago) are the macros of
+``templates/forms.html``; the functions the templates call (``ago``, ``count``, ``day``,
+``moment``, the ``multiline`` filter) are registered with the sites' templates at the end.
+Times are the worlds' UTC timestamps (``2026-03-09T17:05:00Z``), shown in UTC with English
+names written out here (never the process's locale or time-zone database, which differ
+between machines), and "how long ago" is measured from the call's frozen clock
+(``ctx.now``), never the wall clock: the same world and the same calls give the same
+bytes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from worldenv.core.contract import ToolResult
 from worldenv.errors import ToolError
-from worldenv.gui.site import Fields, Markup, PageContext, markup
+from worldenv.gui.site import Fields, Markup, PageContext, templates
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
@@ -28,57 +29,11 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 # --- forms --------------------------------------------------------------------------------
 
 
-def hidden(name: str, value: object) -> Markup:
-    return markup('<input type="hidden" name="{}" value="{}">', name, value)
-
-
-def post_form(action: str, inner: Markup, *, inline: bool = False, name: str = "") -> Markup:
-    """A form that posts to `action` (a full path, ``ctx.url(...)``); `name` is its
-    accessible name."""
-    css = Markup(' class="inline"' if inline else "")
-    label = markup(' aria-label="{}"', name) if name else Markup()
-    return markup('<form method="post" action="{}"{}{}>{}</form>', action, css, label, inner)
-
-
-def button(text: str, name: str = "") -> Markup:
-    """A submit button; `name` is its accessible name where the visible text is not
-    unique on the page ("Remove" on every cart line)."""
-    label = markup(' aria-label="{}"', name) if name else Markup()
-    return markup("<button{}>{}</button>", label, text)
-
-
-def labelled(label: str, control: Markup) -> Markup:
-    """A field with its label: the label names it for a screen reader and for an agent
-    that types "into the field named ...". `control` is already HTML."""
-    return markup("<label>{} {}</label>", label, control)
-
-
-def text_input(name: str, value: object = "", *, kind: str = "text", size: int = 30,
-               maxlength: int = 200, required: bool = False) -> Markup:
-    need = Markup(" required" if required else "")
-    return markup('<input type="{}" name="{}" value="{}" size="{}" maxlength="{}"{}>', kind,
-                  name, value, size, maxlength, need)
-
-
-def select(name: str, options: Iterable[tuple[str, str]], chosen: str) -> Markup:
-    """A drop-down of (value, text) options, `chosen` selected."""
-    items = Markup().join(markup('<option value="{}"{}>{}</option>', v,
-                                 Markup(" selected" if v == chosen else ""), t)
-                          for v, t in options)
-    return markup('<select name="{}">{}</select>', name, items)
-
-
-def checkbox(name: str, value: object, label: str, *, checked: bool = False) -> Markup:
-    on = Markup(" checked" if checked else "")
-    return markup('<label><input type="checkbox" name="{}" value="{}"{}> {}</label>', name,
-                  value, on, label)
-
-
-def notice(ctx: PageContext, messages: dict[str, str]) -> Markup:
-    """The confirmation a form's redirect asks for (``?done=placed``): one of the page's
-    own fixed messages, so a link can never put its own words on a page."""
-    text = messages.get(ctx.request.arg("done"))
-    return markup('<p class="card" role="status">{}</p>', text) if text else Markup()
+def done_message(ctx: PageContext, messages: dict[str, str]) -> str:
+    """The confirmation a form's redirect asks for (``?done=placed``, shown by the
+    ``notice`` macro): one of the page's own fixed messages, so a link can never put its
+    own words on a page."""
+    return messages.get(ctx.request.arg("done"), "")
 
 
 def integers(fields: Fields, name: str) -> list[int]:
@@ -159,8 +114,6 @@ def ago(ts: str | None, now: str) -> str:
     return f"{days} days ago"
 
 
-def stamp(ts: str | None, now: str) -> Markup:
-    """A time as a page shows it: ``<time>`` with the exact value, and how long ago."""
-    relative = ago(ts, now)
-    extra = markup(' <span class="muted">({})</span>', relative) if relative else Markup()
-    return markup('<time datetime="{}">{}</time>{}', ts, moment(ts), extra)
+SITE_TEMPLATES = templates(__name__.rpartition(".")[0])
+SITE_TEMPLATES.globals.update(ago=ago, count=count, day=day, moment=moment)
+SITE_TEMPLATES.filters.update(multiline=multiline)

@@ -17,26 +17,12 @@ from typing import Any
 
 from worldenv.apps._common import like
 from worldenv.core.app import CURRENT_USER
-from worldenv.gui.site import Fields, Markup, Page, PageContext, Redirect, Site, link, markup
-from worldenv.sites._html import (
-    button,
-    checkbox,
-    count,
-    hidden,
-    integers,
-    labelled,
-    multiline,
-    new_id,
-    notice,
-    post_form,
-    query_int,
-    stamp,
-    text_input,
-)
+from worldenv.gui.site import Fields, Page, PageContext, Redirect, Site
+from worldenv.sites._html import done_message, integers, new_id, query_int
 
 site = Site(service="chat", title="Messenger",
             nav=(("Conversations", "/"), ("New conversation", "/new"), ("People", "/people"),
-                 ("Search", "/search")))
+                 ("Search", "/search")), templates=__name__)
 
 ME = CURRENT_USER  # the logged-in user, as the tools have it
 PER_PAGE = 30  # messages on a conversation's page
@@ -47,13 +33,8 @@ FILTERS = (("", "All"), ("unread", "Unread"), ("direct", "Direct"), ("group", "G
 DONE = {"read": "Marked as read.", "unread": "Marked as unread.", "sent": "Sent."}
 
 
-def _not_found(what: str) -> Page:
-    return Page("Not found", markup('<h1>Not found</h1><p>{}</p><p><a href="/chat/">All '
-                                    "conversations</a></p>", what), 404)
-
-
-def _conversation_link(ctx: PageContext, conversation_id: int, text: str) -> Markup:
-    return link(ctx.url(f"/conversations/{conversation_id}"), text)
+def _not_found(ctx: PageContext, what: str) -> Page:
+    return Page("Not found", ctx.render("chat/not_found.html", what=what), 404)
 
 
 def _members(ctx: PageContext, conversation_id: int) -> list[dict[str, Any]]:
@@ -88,19 +69,15 @@ def _preview(body: str) -> str:
 def conversations(ctx: PageContext) -> Page:
     show = ctx.request.arg("show")
     if show not in dict(FILTERS):
-        return _not_found(f"No such filter {show!r}.")
-    rows = _listed(ctx, show)
+        return _not_found(ctx, f"No such filter {show!r}.")
     total_unread = int(ctx.value(
         "SELECT count(*) FROM messages WHERE sender_id <> :me AND is_read = 0 AND "
         "conversation_id IN (SELECT conversation_id FROM conversation_members WHERE "
         "user_id = :me)", {"me": ME}))
-    body = Markup().join(_listed_row(ctx, c) for c in rows)
-    table = (markup('<table><tr><th>Conversation</th><th>Last message</th><th>When</th>'
-                    '<th class="num">Unread</th></tr>{}</table>', body)
-             if rows else Markup("<p>No conversations.</p>"))
-    return Page("Conversations", markup('<h1>Conversations</h1><p role="status">{}</p>{}{}',
-                                        count(total_unread, "unread message"),
-                                        _filter_links(ctx, show), table))
+    rows = [_listed_row(ctx, c) for c in _listed(ctx, show)]
+    return Page("Conversations", ctx.render("chat/conversations.html", rows=rows,
+                                            total_unread=total_unread, filters=FILTERS,
+                                            show=show))
 
 
 def _listed(ctx: PageContext, show: str) -> list[dict[str, Any]]:
@@ -117,28 +94,16 @@ def _listed(ctx: PageContext, show: str) -> list[dict[str, Any]]:
         f"c.updated_at) DESC, c.id DESC", {"me": ME, "kind": show})
 
 
-def _listed_row(ctx: PageContext, c: dict[str, Any]) -> Markup:
+def _listed_row(ctx: PageContext, c: dict[str, Any]) -> dict[str, Any]:
     last = ctx.row("SELECT m.body, m.sent_at, m.sender_id, u.name FROM messages m JOIN users u "
                    "ON u.id = m.sender_id WHERE m.conversation_id = ? ORDER BY m.sent_at DESC, "
                    "m.id DESC LIMIT 1", (c["id"],))
-    unread = _unread(ctx, c["id"])
-    title = _title(ctx, c)
-    kind = Markup(' <span class="muted">(group)</span>' if c["kind"] == "group" else "")
     said = "" if last is None else (
         ("You" if last["sender_id"] == ME else str(last["name"])) + ": "
         + _preview(str(last["body"])))
-    when = Markup() if last is None else stamp(last["sent_at"], ctx.now)
-    badge = markup("<b>{}</b>", unread) if unread else Markup()
-    return markup('<tr><td>{}{}</td><td>{}</td><td>{}</td><td class="num">{}</td></tr>',
-                  _conversation_link(ctx, c["id"], title), kind, said, when, badge)
-
-
-def _filter_links(ctx: PageContext, show: str) -> Markup:
-    links = []
-    for value, text in FILTERS:
-        current = Markup(' aria-current="page"' if value == show else "")
-        links.append(markup('<a href="{}"{}>{}</a>', ctx.url("/", show=value), current, text))
-    return markup('<nav aria-label="Show"><p>{}</p></nav>', Markup(" · ").join(links))
+    return {"id": c["id"], "title": _title(ctx, c), "group": c["kind"] == "group",
+            "said": said, "sent_at": None if last is None else last["sent_at"],
+            "unread": _unread(ctx, c["id"])}
 
 
 # --- a conversation ---------------------------------------------------------------------------
@@ -150,33 +115,21 @@ def conversation(ctx: PageContext, conversation_id: int) -> Page:
                     "m.conversation_id = c.id AND m.user_id = ? WHERE c.id = ?",
                     (ME, conversation_id))
     if found is None:
-        return _not_found(f"No conversation {conversation_id}.")
+        return _not_found(ctx, f"No conversation {conversation_id}.")
     title = _title(ctx, found)
-    return Page(title, markup("{}<h1>{}</h1>{}{}{}{}", notice(ctx, DONE), title,
-                              _member_line(ctx, found), _unread_bar(ctx, conversation_id),
-                              _thread(ctx, conversation_id),
-                              _send_form(ctx, conversation_id)))
+    members = ", ".join(f"{m['name']} (you)" if m["user_id"] == ME else str(m["name"])
+                        for m in _members(ctx, found["id"]))
+    return Page(title, ctx.render(
+        "chat/conversation.html", done=done_message(ctx, DONE), title=title,
+        kind="Group" if found["kind"] == "group" else "Direct conversation", members=members,
+        unread=_unread(ctx, conversation_id), conversation_id=conversation_id,
+        **_thread(ctx, conversation_id)))
 
 
-def _member_line(ctx: PageContext, c: dict[str, Any]) -> Markup:
-    names = ", ".join(f"{m['name']} (you)" if m["user_id"] == ME else str(m["name"])
-                      for m in _members(ctx, c["id"]))
-    kind = "Group" if c["kind"] == "group" else "Direct conversation"
-    return markup('<p class="muted">{} · members: {}</p>', kind, names)
-
-
-def _unread_bar(ctx: PageContext, conversation_id: int) -> Markup:
-    unread = _unread(ctx, conversation_id)
-    if not unread:
-        return Markup()
-    form = post_form(ctx.url(f"/conversations/{conversation_id}/read"),
-                     button("Mark as read"), inline=True)
-    return markup('<div role="status"><b>{} unread</b> {}</div>', unread, form)
-
-
-def _thread(ctx: PageContext, conversation_id: int) -> Markup:
+def _thread(ctx: PageContext, conversation_id: int) -> dict[str, Any]:
     """One page of messages, oldest first: the latest `PER_PAGE`, or earlier ones
-    (``?earlier=N`` skips the N newest, as ``read_conversation``'s offset does)."""
+    (``?earlier=N`` skips the N newest, as ``read_conversation``'s offset does), with the
+    links to the pages before and after it (None where there is none)."""
     total = int(ctx.value("SELECT count(*) FROM messages WHERE conversation_id = ?",
                           (conversation_id,)))
     skip = query_int(ctx, "earlier", 0)
@@ -185,39 +138,12 @@ def _thread(ctx: PageContext, conversation_id: int) -> Markup:
                     "ORDER BY m.sent_at DESC, m.id DESC LIMIT ? OFFSET ?",
                     (conversation_id, PER_PAGE, skip))
     path = f"/conversations/{conversation_id}"
-    earlier = (markup("<p>{}</p>", link(ctx.url(path, earlier=skip + PER_PAGE),
-                                        "Show earlier messages"))
-               if skip + PER_PAGE < total else Markup())
-    later = ctx.url(path, earlier=max(0, skip - PER_PAGE) or None)
-    newer = markup("<p>{}</p>", link(later, "Show newer messages")) if skip else Markup()
-    shown = (Markup().join(_message(ctx, m) for m in reversed(rows))
-             or Markup("<p>No messages.</p>"))
-    return earlier + shown + newer
-
-
-def _message(ctx: PageContext, m: dict[str, Any]) -> Markup:
-    mine = m["sender_id"] == ME
-    unread = not mine and not m["is_read"]
-    badge = Markup(" <b>Unread</b>" if unread else "")
-    return markup('<div class="msg{}" id="m{}"><span class="who">{}</span> '
-                  '<span class="muted">{}</span>{}<div>{}</div>{}</div>',
-                  Markup(" mine" if mine else ""), m["id"], "You" if mine else m["name"],
-                  stamp(m["sent_at"], ctx.now), badge, multiline(m["body"]),
-                  _unread_form(ctx, m, mine or unread))
-
-
-def _unread_form(ctx: PageContext, m: dict[str, Any], hide: bool) -> Markup:
-    """The "Mark unread" button of a read message someone else sent (``mark_unread``)."""
-    if hide:
-        return Markup()
-    name = f"Mark message {m['id']} from {m['name']} as unread"
-    return post_form(ctx.url(f"/messages/{m['id']}/unread"), button("Mark unread", name))
-
-
-def _send_form(ctx: PageContext, conversation_id: int) -> Markup:
-    box = Markup('<textarea name="body" rows="3" cols="60" maxlength="4000"></textarea>')
-    inner = markup("<p>{}</p><p>{}</p>", labelled("Message", box), button("Send"))
-    return post_form(ctx.url(f"/conversations/{conversation_id}/send"), inner)
+    messages = [{**m, "mine": m["sender_id"] == ME,
+                 "unread": m["sender_id"] != ME and not m["is_read"]} for m in reversed(rows)]
+    return {"messages": messages,
+            "earlier": (ctx.url(path, earlier=skip + PER_PAGE) if skip + PER_PAGE < total
+                        else None),
+            "newer": ctx.url(path, earlier=max(0, skip - PER_PAGE) or None) if skip else None}
 
 
 @site.form("/conversations/{conversation_id:int}/send")
@@ -259,47 +185,30 @@ def people(ctx: PageContext) -> Page:
                      "ESCAPE '\\' OR COALESCE(email, '') LIKE ? ESCAPE '\\')")
         params += [like(word)] * 5
     rows = ctx.rows(f"SELECT * FROM users WHERE {' AND '.join(where)} ORDER BY id", params)
-    body = Markup().join(_person_row(ctx, p) for p in rows)
-    table = (markup("<table><tr><th>Name</th><th>Work</th><th>Contact</th><th></th></tr>{}"
-                    "</table>", body) if rows else Markup("<p>Nobody matches.</p>"))
-    return Page("People", markup("<h1>People</h1>{}{}",
-                                 _get_form(ctx, "/people", "Find people", q), table))
+    return Page("People", ctx.render("chat/people.html", path="/people", label="Find people",
+                                     q=q, people=[_person(ctx, p) for p in rows]))
 
 
-def _get_form(ctx: PageContext, path: str, label: str, q: str) -> Markup:
-    return markup('<form method="get" action="{}" role="search">{} {}</form>', ctx.url(path),
-                  labelled(label, text_input("q", q, kind="search")), button("Search"))
-
-
-def _person_row(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    work = ", ".join(str(v) for v in (p["title"], p["company"]) if v)
-    contact = " · ".join(str(v) for v in (p["email"], p["phone"]) if v)
-    return markup('<tr><td>{} <span class="muted">@{}</span></td><td>{}</td><td>{}</td>'
-                  "<td>{}</td></tr>", p["name"], p["handle"], work, contact, _talk(ctx, p))
-
-
-def _talk(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    """A link to the direct conversation with `p`, or a button that starts one."""
-    if p["id"] == ME:
-        return Markup('<span class="muted">(you)</span>')
-    existing = ctx.value(
+def _person(ctx: PageContext, p: dict[str, Any]) -> dict[str, Any]:
+    """A person of the directory, and the direct conversation with them (None: the page
+    offers a button that starts one)."""
+    existing = None if p["id"] == ME else ctx.value(
         "SELECT c.id FROM conversations c WHERE c.kind = 'direct' AND EXISTS (SELECT 1 FROM "
         "conversation_members WHERE conversation_id = c.id AND user_id = ?) AND EXISTS "
         "(SELECT 1 FROM conversation_members WHERE conversation_id = c.id AND user_id = ?) "
         "ORDER BY c.id LIMIT 1", (ME, p["id"]))
-    if existing is not None:
-        return markup('<a href="{}" aria-label="Open conversation with {}">Open</a>',
-                      ctx.url(f"/conversations/{existing}"), p["name"])
-    return post_form(ctx.url("/new"), hidden("member_id", p["id"])
-                     + button("Message", f"Start a conversation with {p['name']}"))
+    return {"id": p["id"], "name": p["name"], "handle": p["handle"], "me": p["id"] == ME,
+            "work": ", ".join(str(v) for v in (p["title"], p["company"]) if v),
+            "contact": " · ".join(str(v) for v in (p["email"], p["phone"]) if v),
+            "conversation": existing}
 
 
 @site.page("/search")
 def search(ctx: PageContext) -> Page:
     q = ctx.request.arg("q").strip()
-    form = _get_form(ctx, "/search", "Search messages", q)
+    form = {"path": "/search", "label": "Search messages", "q": q}
     if not q:
-        return Page("Search", markup("<h1>Search messages</h1>{}", form))
+        return Page("Search", ctx.render("chat/search.html", **form))
     where = ["m.conversation_id IN (SELECT conversation_id FROM conversation_members "
              "WHERE user_id = ?)"]
     params: list[Any] = [ME]
@@ -311,38 +220,20 @@ def search(ctx: PageContext) -> Page:
     rows = ctx.rows(f"SELECT m.*, u.name FROM messages m JOIN users u ON u.id = m.sender_id "
                     f"WHERE {clause} ORDER BY m.sent_at DESC, m.id DESC LIMIT {MAX_RESULTS}",
                     params)
-    hits = Markup().join(_hit(ctx, m) for m in rows)
-    shown = count(total, "message") + (f", the newest {MAX_RESULTS} shown" if total > len(rows)
-                                   else "")
-    return Page("Search", markup('<h1>Search messages</h1>{}<p class="muted" role="status">{}'
-                                 "</p>{}", form, shown, hits))
+    return Page("Search", ctx.render("chat/search.html", **form, total=total,
+                                     hits=[_hit(ctx, m) for m in rows]))
 
 
-def _hit(ctx: PageContext, m: dict[str, Any]) -> Markup:
+def _hit(ctx: PageContext, m: dict[str, Any]) -> dict[str, Any]:
     conversation = ctx.row("SELECT * FROM conversations WHERE id = ?", (m["conversation_id"],))
-    title = _title(ctx, conversation) if conversation else ""
-    who = "You" if m["sender_id"] == ME else m["name"]
-    return markup('<div class="msg"><span class="who">{}</span> in {} '
-                  '<span class="muted">{}</span><div>{}</div></div>', who,
-                  _conversation_link(ctx, m["conversation_id"], title),
-                  stamp(m["sent_at"], ctx.now), multiline(m["body"]))
+    return {**m, "title": _title(ctx, conversation) if conversation else "",
+            "who": "You" if m["sender_id"] == ME else m["name"]}
 
 
 @site.page("/new")
 def new(ctx: PageContext) -> Page:
     others = ctx.rows("SELECT id, name FROM users WHERE id <> ? ORDER BY name, id", (ME,))
-    people_boxes = Markup().join(markup("<div>{}</div>", checkbox("member_id", p["id"],
-                                                                  p["name"]))
-                                 for p in others)
-    box = Markup('<textarea name="first_message" rows="3" cols="60" maxlength="4000">'
-                 "</textarea>")
-    title = labelled("Group title (for more than one person)",
-                     text_input("title", maxlength=100))
-    inner = markup("<fieldset><legend>With</legend>{}</fieldset><p>{}</p><p>{}</p><p>{}</p>",
-                   people_boxes, title, labelled("First message (optional)", box),
-                   button("Start"))
-    return Page("New conversation", markup("<h1>New conversation</h1>{}",
-                                           post_form(ctx.url("/new"), inner)))
+    return Page("New conversation", ctx.render("chat/new.html", others=others))
 
 
 @site.form("/new")

@@ -18,37 +18,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from worldenv.apps._common import like
-from worldenv.apps.shop import FREE_SHIPPING_FROM_CENTS, SHIPPING_CENTS
-from worldenv.core.app import CURRENT_USER
-from worldenv.gui.site import Blob, Fields, Markup, Page, PageContext, Redirect, Site, link, markup
-from worldenv.sites._html import (
-    button,
-    checkbox,
-    count,
-    day,
-    hidden,
-    labelled,
-    new_id,
-    notice,
-    post_form,
-    query_int,
-    select,
-    stamp,
-    text_input,
+from worldenv.apps.shop import (
+    FREE_SHIPPING_FROM_CENTS,
+    SHIPPING_CENTS,
+    SORT_ORDER,
+    find_products,
 )
+from worldenv.core.app import CURRENT_USER
+from worldenv.gui.site import Blob, Fields, Page, PageContext, Redirect, Site
+from worldenv.sites._html import SITE_TEMPLATES, done_message, new_id, query_int
 
 site = Site(service="shop", title="AVLager",
             nav=(("Products", "/products"), ("Cart", "/cart"), ("Checkout", "/checkout"),
-                 ("Orders", "/orders"), ("Addresses", "/addresses")))
+                 ("Orders", "/orders"), ("Addresses", "/addresses")), templates=__name__)
 
 ME = CURRENT_USER  # the logged-in user, as the tools have it
 PER_PAGE = 12
-MAX_WORDS = 10  # search_products reads at most ten words of a query
 SORTS = (("name", "Name"), ("price_asc", "Price, low to high"),
          ("price_desc", "Price, high to low"), ("stock_desc", "Most in stock"))
-SORT_SQL = {"name": "p.name, p.id", "price_asc": "p.price_cents, p.id",
-            "price_desc": "p.price_cents DESC, p.id", "stock_desc": "p.stock DESC, p.id"}
 STATUSES = ("placed", "shipped", "delivered", "cancelled")
 DONE = {"placed": "Thank you! Your order is placed.",
         "cancelled": "The order is cancelled; its items went back into stock.",
@@ -63,25 +50,11 @@ def nok(cents: int | None) -> str:
     return f"NOK {kroner:,}.{ore:02d}"
 
 
-def _not_found(what: str) -> Page:
-    return Page("Not found", markup('<h1>Not found</h1><p>{}</p><p><a href="/shop/products">'
-                                    "All products</a></p>", what), 404)
+def _not_found(ctx: PageContext, what: str) -> Page:
+    return Page("Not found", ctx.render("shop/not_found.html", what=what), 404)
 
 
-def _order_link(ctx: PageContext, o: dict[str, Any]) -> Markup:
-    return link(ctx.url(f"/orders/{o['id']}"), o["order_number"])
-
-
-def _product_link(ctx: PageContext, product_id: int, name: str) -> Markup:
-    return link(ctx.url(f"/products/{product_id}"), name)
-
-
-def _table(head: tuple[str, ...], rows: Markup, numeric: frozenset[int] = frozenset()
-           ) -> Markup:
-    num = Markup(' class="num"')
-    cells = Markup().join(markup("<th{}>{}</th>", num if i in numeric else Markup(), h)
-                          for i, h in enumerate(head))
-    return markup("<table><tr>{}</tr>{}</table>", cells, rows)
+SITE_TEMPLATES.globals.update(nok=nok, free_from=FREE_SHIPPING_FROM_CENTS)
 
 
 # --- photos ---------------------------------------------------------------------------------
@@ -97,12 +70,12 @@ def _photo_alt(ctx: PageContext, product: dict[str, Any]) -> str | None:
     return str(found["alt"] or f"Photo of {product['name']}")
 
 
-def _photo(ctx: PageContext, product: dict[str, Any], css: str) -> Markup:
-    alt = _photo_alt(ctx, product)
-    if alt is None:
-        return markup('<div class="{} muted">No photo</div>', css)
-    src = ctx.url(f"/products/{product['id']}/photo")
-    return markup('<img class="{}" src="{}" alt="{}">', css, src, alt)
+def _shown(ctx: PageContext, product: dict[str, Any]) -> dict[str, Any]:
+    """A product as its card and page show it: with its photo (``photo_alt`` None when it
+    has none) and its stock in words."""
+    return {**product, "photo_alt": _photo_alt(ctx, product),
+            "photo_src": ctx.url(f"/products/{product['id']}/photo"),
+            "stock_text": _stock_text(product)}
 
 
 @site.page("/products/{product_id:int}/photo")
@@ -110,7 +83,7 @@ def photo(ctx: PageContext, product_id: int) -> Page | Blob:
     found = ctx.row("SELECT content_type, data FROM product_images WHERE product_id = ?",
                     (product_id,)) if ctx.has_table("product_images") else None
     if found is None:
-        return _not_found(f"No photo of product {product_id}.")
+        return _not_found(ctx, f"No photo of product {product_id}.")
     data = found["data"]
     return Blob(str(found["content_type"]), data if isinstance(data, bytes)
                 else str(data).encode("utf-8"))
@@ -146,6 +119,11 @@ def _cart_lines(ctx: PageContext) -> list[dict[str, Any]]:
         "WHERE ci.user_id = ? ORDER BY ci.id", (ME,))
 
 
+def _lines(ctx: PageContext) -> list[dict[str, Any]]:
+    """The cart's lines, each with why ``place_order`` would refuse it (``problem``)."""
+    return [{**line, "problem": _problem(line)} for line in _cart_lines(ctx)]
+
+
 def _problem(line: dict[str, Any]) -> str:
     """Why ``place_order`` would refuse this line ("" when it would not)."""
     if not line["is_active"]:
@@ -153,27 +131,6 @@ def _problem(line: dict[str, Any]) -> str:
     if line["quantity"] > line["stock"]:
         return f"Only {line['stock']} in stock."
     return ""
-
-
-def _warning(line: dict[str, Any]) -> Markup:
-    problem = _problem(line)
-    return markup('<div class="error">{}</div>', problem) if problem else Markup()
-
-
-def _totals_table(totals: Totals) -> Markup:
-    rows = (("Subtotal (excl. MVA)", totals.subtotal), ("Shipping", totals.shipping),
-            ("MVA 25 %", totals.vat), ("Total incl. MVA", totals.total))
-    body = Markup().join(markup('<tr><th>{}</th><td class="num">{}</td></tr>', k, nok(v))
-                         for k, v in rows)
-    return markup('<table class="totals" aria-label="Totals">{}</table>', body)
-
-
-def _shipping_hint(totals: Totals) -> Markup:
-    if totals.shipping == 0:
-        return Markup("" if totals.subtotal == 0 else '<p class="muted">Free shipping.</p>')
-    missing = FREE_SHIPPING_FROM_CENTS - totals.subtotal
-    return markup('<p class="muted">Shipping is free from {}: add {} more.</p>',
-                  nok(FREE_SHIPPING_FROM_CENTS), nok(missing))
 
 
 # --- home and catalogue ---------------------------------------------------------------------
@@ -184,37 +141,13 @@ def home(ctx: PageContext) -> Page:
     categories = ctx.rows(
         "SELECT c.slug, c.name, (SELECT count(*) FROM products p WHERE p.category_id = c.id "
         "AND p.is_active = 1) AS n FROM categories c ORDER BY c.name, c.id")
-    items = Markup().join(markup('<li><a href="{}">{}</a> <span class="muted">({})</span>'
-                                 "</li>", ctx.url("/products", category=c["slug"]),
-                                 c["name"], c["n"]) for c in categories)
-    return Page("Shop", markup("<h1>AVLager</h1>{}{}<h2>Categories</h2><ul>{}</ul>{}",
-                               _search_box(ctx), _cart_summary(ctx), items,
-                               _recent_orders(ctx)))
-
-
-def _search_box(ctx: PageContext) -> Markup:
-    return markup('<form method="get" action="{}" role="search">{} {}</form>',
-                  ctx.url("/products"),
-                  labelled("Search products", text_input("q", kind="search")),
-                  button("Search"))
-
-
-def _cart_summary(ctx: PageContext) -> Markup:
     lines = _cart_lines(ctx)
-    if not lines:
-        return Markup("<p>Your cart is empty.</p>")
-    units = sum(int(line["quantity"]) for line in lines)
-    return markup("<p>{} · {} incl. MVA</p>",
-                  link(ctx.url("/cart"), "Your cart: " + count(units, "item")),
-                  nok(Totals.of(lines).total))
-
-
-def _recent_orders(ctx: PageContext) -> Markup:
-    rows = ctx.rows("SELECT id, order_number, status, placed_at FROM orders WHERE "
-                    "user_id = ? ORDER BY placed_at DESC, id DESC LIMIT 3", (ME,))
-    items = Markup().join(markup("<li>{} {} · {}</li>", _order_link(ctx, o), o["status"],
-                                 day(o["placed_at"])) for o in rows)
-    return markup("<h2>Recent orders</h2><ul>{}</ul>", items) if rows else Markup()
+    cart = {"units": sum(int(line["quantity"]) for line in lines),
+            "total": Totals.of(lines).total} if lines else None
+    orders = ctx.rows("SELECT id, order_number, status, placed_at FROM orders WHERE "
+                      "user_id = ? ORDER BY placed_at DESC, id DESC LIMIT 3", (ME,))
+    return Page("Shop", ctx.render("shop/home.html", categories=categories, cart=cart,
+                                   orders=orders))
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +169,7 @@ class Filters:
         sort = arg("sort", "name")
         return cls(q=arg("q").strip(), category=arg("category"), brand=arg("brand"),
                    in_stock=arg("in_stock") == "1",
-                   sort=sort if sort in SORT_SQL else "name",
+                   sort=sort if sort in SORT_ORDER else "name",
                    min_nok=_kroner(arg("min_price")), max_nok=_kroner(arg("max_price")),
                    page=query_int(ctx, "page", 1, least=1))
 
@@ -255,29 +188,8 @@ def _kroner(value: str) -> int | None:
     return int(value) if value.isdigit() and len(value) <= 9 else None
 
 
-def _where(f: Filters) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``search_products`` for these filters."""
-    where = ["p.is_active = 1"]
-    params: list[Any] = []
-    for word in f.q.split()[:MAX_WORDS]:
-        where.append("(p.name LIKE ? ESCAPE '\\' OR p.sku LIKE ? ESCAPE '\\' OR "
-                     "COALESCE(p.brand, '') LIKE ? ESCAPE '\\')")
-        params += [like(word)] * 3
-    if f.category:
-        where.append("p.category_id = (SELECT id FROM categories WHERE slug = ?)")
-        params.append(f.category)
-    if f.brand:
-        where.append("p.brand = ? COLLATE NOCASE")
-        params.append(f.brand)
-    if f.min_nok is not None:
-        where.append("p.price_cents >= ?")
-        params.append(f.min_nok * 100)
-    if f.max_nok is not None:
-        where.append("p.price_cents <= ?")
-        params.append(f.max_nok * 100)
-    if f.in_stock:
-        where.append("p.stock > 0")
-    return " AND ".join(where), params
+def _cents(nok: int | None) -> int | None:
+    return None if nok is None else nok * 100
 
 
 @site.page("/products")
@@ -285,26 +197,14 @@ def products(ctx: PageContext) -> Page:
     f = Filters.of(ctx)
     category = ctx.row("SELECT name FROM categories WHERE slug = ?", (f.category,))
     if f.category and category is None:
-        return _not_found(f"No category {f.category!r}.")
-    clause, params = _where(f)
-    total = int(ctx.value(f"SELECT count(*) FROM products p WHERE {clause}", params))
-    rows = ctx.rows(f"SELECT p.* FROM products p WHERE {clause} ORDER BY {SORT_SQL[f.sort]} "
-                    f"LIMIT {PER_PAGE} OFFSET {(f.page - 1) * PER_PAGE}", params)
+        return _not_found(ctx, f"No category {f.category!r}.")
+    # search_products's own query, so the page lists exactly what the tool finds
+    total, rows = find_products(ctx, query=f.q, category=f.category or None,
+                                brand=f.brand or None, min_price_cents=_cents(f.min_nok),
+                                max_price_cents=_cents(f.max_nok), in_stock_only=f.in_stock,
+                                sort=f.sort, limit=PER_PAGE, offset=(f.page - 1) * PER_PAGE)
     heading = (f"Results for “{f.q}”" if f.q else
                str(category["name"]) if category else "Products")
-    cards = Markup().join(_card(ctx, p) for p in rows) or Markup("<p>No products match.</p>")
-    shown = count(total, "product") + (
-        "" if total <= PER_PAGE else f" · page {f.page} of {_pages(total)}")
-    return Page(heading, markup('<h1>{}</h1>{}<p class="muted" role="status">{}</p>'
-                                '<div class="grid">{}</div>{}', heading, _filter_form(ctx, f),
-                                shown, cards, _pager(ctx, f, total)))
-
-
-def _pages(total: int) -> int:
-    return max(1, (total + PER_PAGE - 1) // PER_PAGE)
-
-
-def _filter_form(ctx: PageContext, f: Filters) -> Markup:
     categories = [("", "All categories"), *((str(c["slug"]), str(c["name"])) for c in ctx.rows(
         "SELECT slug, name FROM categories ORDER BY name, id"))]
     brands = [("", "All brands"), *((str(b["brand"]), str(b["brand"])) for b in ctx.rows(
@@ -312,53 +212,18 @@ def _filter_form(ctx: PageContext, f: Filters) -> Markup:
         "ORDER BY brand"))]
     # The tool matches a brand in any case: so does the drop-down's choice.
     brand = next((b for b, _ in brands if b.lower() == f.brand.lower()), f.brand)
-    fields = (labelled("Search products", text_input("q", f.q, kind="search")),
-              labelled("Category", select("category", categories, f.category)),
-              labelled("Brand", select("brand", brands, brand)),
-              labelled("Min price (NOK)", text_input("min_price", f.min_nok or "",
-                                                     kind="number", size=8, maxlength=9)),
-              labelled("Max price (NOK)", text_input("max_price", f.max_nok or "",
-                                                     kind="number", size=8, maxlength=9)),
-              checkbox("in_stock", "1", "In stock only", checked=f.in_stock),
-              labelled("Sort by", select("sort", SORTS, f.sort)), button("Apply"))
-    return markup('<form method="get" action="{}" role="search" class="card">{}</form>',
-                  ctx.url("/products"), Markup(" ").join(fields))
+    return Page(heading, ctx.render(
+        "shop/products.html", heading=heading, f=f, categories=categories, brands=brands,
+        brand=brand, sorts=SORTS, total=total, pages=_pages(total),
+        rows=[_shown(ctx, p) for p in rows]))
 
 
-def _pager(ctx: PageContext, f: Filters, total: int) -> Markup:
-    pages = _pages(total)
-    if pages == 1:
-        return Markup()
-    links = []
-    if f.page > 1:
-        links.append(link(ctx.url("/products", **f.query(page=f.page - 1)), "Previous"))
-    for n in range(1, pages + 1):
-        current = Markup(' aria-current="page"' if n == f.page else "")
-        links.append(markup('<a href="{}" aria-label="Page {}"{}>{}</a>',
-                            ctx.url("/products", **f.query(page=n)), n, current, n))
-    if f.page < pages:
-        links.append(link(ctx.url("/products", **f.query(page=f.page + 1)), "Next"))
-    return markup('<nav aria-label="Pages"><p>{}</p></nav>', Markup(" ").join(links))
-
-
-def _card(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    href = ctx.url(f"/products/{p['id']}")
-    return markup('<div class="card">{}<div>{}</div><div class="muted">{} · {}</div>'
-                  "<div>{} excl. MVA / {}</div><div>{}</div>{}</div>",
-                  _photo(ctx, p, "thumb"), link(href, p["name"]), p["sku"], p["brand"] or "",
-                  nok(p["price_cents"]), p["unit"], _stock_text(p), _quick_add(ctx, p))
+def _pages(total: int) -> int:
+    return max(1, (total + PER_PAGE - 1) // PER_PAGE)
 
 
 def _stock_text(p: dict[str, Any]) -> str:
     return f"{p['stock']} {p['unit']} in stock" if p["stock"] > 0 else "Out of stock"
-
-
-def _quick_add(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    if not p["is_active"] or p["stock"] <= 0:
-        return Markup()
-    inner = (hidden("product_id", p["id"]) + hidden("quantity", 1)
-             + button("Add to cart", f"Add {p['name']} to cart"))
-    return post_form(ctx.url("/cart/add"), inner)
 
 
 # --- a product --------------------------------------------------------------------------------
@@ -369,45 +234,14 @@ def product(ctx: PageContext, product_id: int) -> Page:
     p = ctx.row("SELECT p.*, c.name AS category, c.slug AS category_slug FROM products p "
                 "JOIN categories c ON c.id = p.category_id WHERE p.id = ?", (product_id,))
     if p is None:
-        return _not_found(f"No product {product_id}.")
-    crumbs = markup('<p class="muted">{} › {}</p>', link(ctx.url("/products"), "Products"),
-                    link(ctx.url("/products", category=p["category_slug"]), p["category"]))
-    specs = Markup().join(markup("<tr><th>{}</th><td>{}</td></tr>", k, v) for k, v in (
-        ("SKU", p["sku"]), ("Brand", p["brand"] or ""), ("Category", p["category"]),
-        ("Unit", p["unit"]), ("Price", f"{nok(p['price_cents'])} excl. MVA"),
-        ("Stock", _stock_text(p))))
-    return Page(p["name"], markup('{}<h1>{}</h1>{}<table class="specs">{}</table>{}{}{}',
-                                  crumbs, p["name"], _photo(ctx, p, "photo"), specs,
-                                  _in_cart(ctx, p), _add_form(ctx, p), _ordered_in(ctx, p)))
-
-
-def _in_cart(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    quantity = ctx.value("SELECT quantity FROM cart_items WHERE user_id = ? AND "
-                         "product_id = ?", (ME, p["id"]))
-    if quantity is None:
-        return Markup()
-    text = f"In your cart: {quantity} {p['unit']}"
-    return markup("<p>{}</p>", link(ctx.url("/cart"), text))
-
-
-def _add_form(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    if not p["is_active"]:
-        return Markup("<p><b>No longer sold.</b></p>")
-    if p["stock"] <= 0:
-        return Markup("<p><b>Out of stock</b>: it can't be added to the cart now.</p>")
-    quantity = text_input("quantity", 1, kind="number", size=5, maxlength=3)
-    inner = (hidden("product_id", p["id"]) + labelled("Quantity", quantity) + " "
-             + button("Add to cart"))
-    return post_form(ctx.url("/cart/add"), inner)
-
-
-def _ordered_in(ctx: PageContext, p: dict[str, Any]) -> Markup:
-    rows = ctx.rows("SELECT DISTINCT o.id, o.order_number, o.placed_at FROM orders o JOIN "
-                    "order_items i ON i.order_id = o.id WHERE o.user_id = ? AND "
-                    "i.product_id = ? ORDER BY o.placed_at DESC, o.id DESC", (ME, p["id"]))
-    items = Markup().join(markup("<li>{} · {}</li>", _order_link(ctx, o), day(o["placed_at"]))
-                          for o in rows)
-    return markup("<h2>You ordered it in</h2><ul>{}</ul>", items) if rows else Markup()
+        return _not_found(ctx, f"No product {product_id}.")
+    in_cart = ctx.value("SELECT quantity FROM cart_items WHERE user_id = ? AND "
+                        "product_id = ?", (ME, p["id"]))
+    orders = ctx.rows("SELECT DISTINCT o.id, o.order_number, o.placed_at FROM orders o JOIN "
+                      "order_items i ON i.order_id = o.id WHERE o.user_id = ? AND "
+                      "i.product_id = ? ORDER BY o.placed_at DESC, o.id DESC", (ME, p["id"]))
+    return Page(p["name"], ctx.render("shop/product.html", p=_shown(ctx, p), in_cart=in_cart,
+                                      orders=orders))
 
 
 # --- the cart --------------------------------------------------------------------------------
@@ -415,32 +249,8 @@ def _ordered_in(ctx: PageContext, p: dict[str, Any]) -> Markup:
 
 @site.page("/cart")
 def cart(ctx: PageContext) -> Page:
-    lines = _cart_lines(ctx)
-    if not lines:
-        return Page("Cart", markup("<h1>Cart</h1><p>Your cart is empty.</p><p>{}</p>",
-                                   link(ctx.url("/products"), "Browse the products")))
-    rows = Markup().join(_cart_row(ctx, line) for line in lines)
-    totals = Totals.of(lines)
-    table = _table(("Product", "Unit price", "Quantity", "Total", ""), rows,
-                   frozenset({1, 3}))
-    return Page("Cart", markup("<h1>Cart</h1>{}<h2>Totals</h2>{}{}<p>{}</p>", table,
-                               _totals_table(totals), _shipping_hint(totals),
-                               link(ctx.url("/checkout"), "Go to checkout")))
-
-
-def _cart_row(ctx: PageContext, line: dict[str, Any]) -> Markup:
-    name, pid = line["name"], line["product_id"]
-    quantity = text_input("quantity", line["quantity"], kind="number", size=5, maxlength=3)
-    update = post_form(ctx.url("/cart/update"), hidden("product_id", pid)
-                       + labelled(f"Quantity of {name}", quantity) + " "
-                       + button("Update", f"Update quantity of {name}"), inline=True)
-    remove = post_form(ctx.url("/cart/remove"), hidden("product_id", pid)
-                       + button("Remove", f"Remove {name} from cart"), inline=True)
-    return markup('<tr><td>{}<div class="muted">{}</div>{}</td><td class="num">{} / {}</td>'
-                  '<td>{}</td><td class="num">{}</td><td>{}</td></tr>',
-                  link(ctx.url(f"/products/{pid}"), name), line["sku"], _warning(line),
-                  nok(line["unit_price_cents"]), line["unit"], update,
-                  nok(line["line_total_cents"]), remove)
+    lines = _lines(ctx)
+    return Page("Cart", ctx.render("shop/cart.html", lines=lines, totals=Totals.of(lines)))
 
 
 @site.form("/cart/add")
@@ -480,33 +290,10 @@ def _address_text(a: dict[str, Any]) -> str:
 
 @site.page("/checkout")
 def checkout(ctx: PageContext) -> Page:
-    lines = _cart_lines(ctx)
-    if not lines:
-        return Page("Checkout", markup("<h1>Checkout</h1><p>Your cart is empty.</p><p>{}</p>",
-                                       link(ctx.url("/products"), "Browse the products")))
-    rows = Markup().join(markup('<tr><td>{}<div class="muted">{}</div>{}</td>'
-                                '<td class="num">{}</td><td class="num">{}</td></tr>',
-                                li["name"], li["sku"], _warning(li), li["quantity"],
-                                nok(li["line_total_cents"])) for li in lines)
-    table = _table(("Product", "Quantity", "Total"), rows, frozenset({1, 2}))
-    totals = Totals.of(lines)
-    return Page("Checkout", markup("<h1>Checkout</h1>{}<h2>Totals</h2>{}{}{}", table,
-                                   _totals_table(totals), _shipping_hint(totals),
-                                   _place_form(ctx)))
-
-
-def _place_form(ctx: PageContext) -> Markup:
-    addresses = _addresses(ctx)
-    add = link(ctx.url("/addresses", then="checkout"), "Add a new address")
-    if not addresses:
-        return markup("<h2>Shipping address</h2><p>You have no address yet. {}.</p>", add)
-    choices = Markup().join(
-        markup('<div><label><input type="radio" name="shipping_address_id" value="{}"{}> '
-               "<b>{}</b>: {}</label></div>", a["id"], Markup(" checked" if i == 0 else ""),
-               a["label"], _address_text(a)) for i, a in enumerate(addresses))
-    inner = markup("<fieldset><legend>Shipping address</legend>{}<p>{}</p></fieldset>"
-                   "<p>{}</p>", choices, add, button("Place order"))
-    return post_form(ctx.url("/checkout"), inner)
+    lines = _lines(ctx)
+    addresses = [{**a, "text": _address_text(a)} for a in _addresses(ctx)]
+    return Page("Checkout", ctx.render("shop/checkout.html", lines=lines,
+                                       totals=Totals.of(lines), addresses=addresses))
 
 
 @site.form("/checkout")
@@ -526,98 +313,39 @@ def place(ctx: PageContext, fields: Fields) -> Page | Redirect:
 def orders(ctx: PageContext) -> Page:
     status = ctx.request.arg("status")
     if status and status not in STATUSES:
-        return _not_found(f"No order status {status!r}.")
+        return _not_found(ctx, f"No order status {status!r}.")
     where, params = ("user_id = ? AND status = ?", (ME, status)) if status else (
         "user_id = ?", (ME,))
     rows = ctx.rows(
         f"SELECT o.*, (SELECT count(*) FROM order_items i WHERE i.order_id = o.id) AS lines, "
         f"(SELECT coalesce(sum(quantity), 0) FROM order_items i WHERE i.order_id = o.id) AS "
         f"units FROM orders o WHERE {where} ORDER BY placed_at DESC, id DESC", params)
-    body = Markup().join(
-        markup('<tr><td>{}</td><td>{}</td><td>{}</td><td class="num">{}, {}</td>'
-               '<td class="num">{}</td></tr>', _order_link(ctx, o),
-               stamp(o["placed_at"], ctx.now), o["status"], count(o["lines"], "line"),
-               count(o["units"], "unit"), nok(o["total_cents"])) for o in rows)
-    table = (_table(("Order", "Placed", "Status", "Items", "Total incl. MVA"), body,
-                    frozenset({3, 4})) if rows else Markup("<p>No orders.</p>"))
-    return Page("Orders", markup("<h1>Orders</h1>{}{}", _status_filter(ctx, status), table))
-
-
-def _status_filter(ctx: PageContext, status: str) -> Markup:
-    options = [("", "All orders"), *((s, s.capitalize()) for s in STATUSES)]
-    return markup('<form method="get" action="{}">{} {}</form>', ctx.url("/orders"),
-                  labelled("Status", select("status", options, status)), button("Show"))
+    statuses = [("", "All orders"), *((s, s.capitalize()) for s in STATUSES)]
+    return Page("Orders", ctx.render("shop/orders.html", orders=rows, status=status,
+                                     statuses=statuses))
 
 
 @site.page("/orders/{order_id:int}")
 def order(ctx: PageContext, order_id: int) -> Page:
     o = ctx.row("SELECT * FROM orders WHERE id = ? AND user_id = ?", (order_id, ME))
     if o is None:
-        return _not_found(f"No order {order_id}.")
-    title = f"Order {o['order_number']}"
-    return Page(title, markup("{}<h1>{}</h1>{}<h2>Items</h2>{}<h2>Totals</h2>{}"
-                              "<h2>Status history</h2>{}{}", notice(ctx, DONE), title,
-                              _order_facts(ctx, o), _order_lines(ctx, o),
-                              _totals_table(_order_totals(o)), _history(ctx, o),
-                              _cancel_form(ctx, o)))
+        return _not_found(ctx, f"No order {order_id}.")
+    address = ctx.row("SELECT * FROM addresses WHERE id = ?", (o["shipping_address_id"],))
+    carrier = " ".join(str(v) for v in (o["carrier"], o["tracking_number"]) if v) \
+        if o["carrier"] or o["tracking_number"] else None
+    items = ctx.rows("SELECT i.product_id, i.quantity, i.unit_price_cents, i.line_total_cents, "
+                     "p.sku, p.name FROM order_items i JOIN products p ON p.id = i.product_id "
+                     "WHERE i.order_id = ? ORDER BY i.id", (o["id"],))
+    history = ctx.rows("SELECT status, note, changed_at FROM order_status_history WHERE "
+                       "order_id = ? ORDER BY changed_at, id", (o["id"],))
+    return Page(f"Order {o['order_number']}", ctx.render(
+        "shop/order.html", done=done_message(ctx, DONE), title=f"Order {o['order_number']}",
+        o=o, carrier=carrier, items=items, history=history, totals=_order_totals(o),
+        address=None if address is None else {**address, "text": _address_text(address)}))
 
 
 def _order_totals(o: dict[str, Any]) -> Totals:
     return Totals(o["subtotal_cents"], o["shipping_cents"], o["vat_cents"], o["total_cents"])
-
-
-def _order_facts(ctx: PageContext, o: dict[str, Any]) -> Markup:
-    address = ctx.row("SELECT * FROM addresses WHERE id = ?", (o["shipping_address_id"],))
-    facts: list[tuple[str, object]] = [("Status", o["status"]),
-                                       ("Placed", stamp(o["placed_at"], ctx.now))]
-    if o["shipped_at"]:
-        facts.append(("Shipped", stamp(o["shipped_at"], ctx.now)))
-    if o["delivered_at"]:
-        facts.append(("Delivered", stamp(o["delivered_at"], ctx.now)))
-    if o["carrier"] or o["tracking_number"]:
-        facts.append(("Carrier", " ".join(str(v) for v in (
-            o["carrier"], o["tracking_number"]) if v)))
-    if address is not None:
-        facts.append(("Ship to", markup("<b>{}</b>: {}", address["label"],
-                                        _address_text(address))))
-    rows = Markup().join(markup("<tr><th>{}</th><td>{}</td></tr>", k, v) for k, v in facts)
-    return markup('<table class="specs">{}</table>', rows)
-
-
-def _order_lines(ctx: PageContext, o: dict[str, Any]) -> Markup:
-    items = ctx.rows("SELECT i.product_id, i.quantity, i.unit_price_cents, i.line_total_cents, "
-                     "p.sku, p.name FROM order_items i JOIN products p ON p.id = i.product_id "
-                     "WHERE i.order_id = ? ORDER BY i.id", (o["id"],))
-    body = Markup().join(markup("<tr>{}</tr>", _line_cells(ctx, i)) for i in items)
-    return _table(("SKU", "Product", "Quantity", "Unit price", "Total"), body,
-                  frozenset({2, 3, 4}))
-
-
-def _line_cells(ctx: PageContext, i: dict[str, Any]) -> Markup:
-    return markup('<td>{}</td><td>{}</td><td class="num">{}</td><td class="num">{}</td>'
-                  '<td class="num">{}</td>', i["sku"],
-                  _product_link(ctx, i["product_id"], i["name"]), i["quantity"],
-                  nok(i["unit_price_cents"]), nok(i["line_total_cents"]))
-
-
-def _history(ctx: PageContext, o: dict[str, Any]) -> Markup:
-    rows = ctx.rows("SELECT status, note, changed_at FROM order_status_history WHERE "
-                    "order_id = ? ORDER BY changed_at, id", (o["id"],))
-    body = Markup().join(markup("<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                                stamp(h["changed_at"], ctx.now), h["status"], h["note"])
-                         for h in rows)
-    return (_table(("When", "Status", "Note"), body) if rows
-            else Markup("<p>No changes yet.</p>"))
-
-
-def _cancel_form(ctx: PageContext, o: dict[str, Any]) -> Markup:
-    """Only an order that has not shipped can be cancelled (``cancel_order``)."""
-    if o["status"] != "placed":
-        return Markup()
-    reason = text_input("reason", size=50, maxlength=500)
-    inner = (labelled("Reason for cancelling (optional)", reason) + " "
-             + button("Cancel order"))
-    return Markup("<h2>Cancel</h2>") + post_form(ctx.url(f"/orders/{o['id']}/cancel"), inner)
 
 
 @site.form("/orders/{order_id:int}/cancel")
@@ -641,30 +369,10 @@ ADDRESS_FIELDS = (("label", "Label", True, 60), ("recipient", "Recipient", True,
 
 @site.page("/addresses")
 def addresses(ctx: PageContext) -> Page:
-    default = Markup(" <span class=muted>(default)</span>")
-    cards = Markup().join(
-        markup('<div class="card"><b>{}</b>{}<div>{}</div></div>', a["label"],
-               default if a["is_default"] else Markup(), _address_text(a))
-        for a in _addresses(ctx))
-    return Page("Addresses", markup("{}<h1>Addresses</h1>{}<h2>Add an address</h2>{}",
-                                    notice(ctx, DONE),
-                                    cards or Markup("<p>No addresses yet.</p>"),
-                                    _address_form(ctx)))
-
-
-def _address_form(ctx: PageContext) -> Markup:
-    rows = Markup().join(markup("<p>{}</p>", _address_field(*spec)) for spec in ADDRESS_FIELDS)
-    then = "checkout" if ctx.request.arg("then") == "checkout" else ""
-    inner = (rows + markup("<p>{}</p>", checkbox("make_default", "1",
-                                                 "Make this my default address"))
-             + hidden("then", then) + button("Save address"))
-    return post_form(ctx.url("/addresses"), inner, name="Add an address")
-
-
-def _address_field(name: str, label: str, required: bool, size: int) -> Markup:
-    control = text_input(name, "NO" if name == "country" else "", maxlength=size,
-                         required=required)
-    return labelled(label if required else f"{label} (optional)", control)
+    return Page("Addresses", ctx.render(
+        "shop/addresses.html", done=done_message(ctx, DONE), fields=ADDRESS_FIELDS,
+        addresses=[{**a, "text": _address_text(a)} for a in _addresses(ctx)],
+        then="checkout" if ctx.request.arg("then") == "checkout" else ""))
 
 
 @site.form("/addresses")
