@@ -21,7 +21,7 @@ from pathlib import Path
 
 from _common import BENCH_DIR, OUT_DIR, environment, markdown_table, rows_from_json
 
-# Every bench_<name>.py of this folder (tests/test_bench_quick.py checks none is missing).
+# Every bench_<name>.py of this folder (tests/project/test_bench_quick.py checks none is missing).
 BENCHMARKS = ("replay", "hash", "mount", "envs", "awm", "rl", "eval", "verifier", "gates",
               "startup", "synth", "persona", "gui")
 

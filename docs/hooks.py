@@ -11,7 +11,7 @@ A page asks for generated text with a marker comment, replaced in ``on_page_mark
 * ``<!-- generated: bench NAME -->``: the table of ``bench/out/NAME.json``, and
   ``<!-- generated: bench-others -->``: every other ``bench/out/*.json``.
 
-The same functions are imported by the tests (``tests/test_docs.py``), so what the tests
+The same functions are imported by the tests (``tests/project/test_docs.py``), so what the tests
 check is what the site shows.
 """
 

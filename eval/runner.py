@@ -143,7 +143,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
     _refuse_interfaces_not_offered(config, ordered)
     _refuse_missing_worlds(env, ordered)
     info = _start(out, config, ordered, sources)
-    chosen = agent or make_agent(config)
+    chosen = agent or configured_agent(config)
     done = _finished(env, out, info.run_id, ordered, chosen.name, config.k)
     _warm(env, ordered)
     todo = [(task, n) for task in ordered for n in range(config.k)
@@ -167,7 +167,7 @@ def run_eval(env: Environment, tasks: Sequence[Task], config: EvalConfig, out: P
     return _write_results(out, info, ordered, done)
 
 
-def make_agent(config: EvalConfig) -> Agent:
+def configured_agent(config: EvalConfig) -> Agent:
     """The agent the spec names (``gates.rollout.make_agent``); an LLM agent with the
     run's step and history limits and its protocol's mode, sampling and compaction, on
     the model litellm routes (a provider, or ``hosted_vllm/...`` at ``api_base``)."""
@@ -410,5 +410,15 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["RESULTS_FILE", "RUN_FILE", "TRIALS_DIR", "EvalConfig", "load_run_info",
-           "make_agent", "run_eval", "run_id_of", "run_trial", "trial_of"]
+__all__ = [
+    "RESULTS_FILE",
+    "RUN_FILE",
+    "TRIALS_DIR",
+    "EvalConfig",
+    "configured_agent",
+    "load_run_info",
+    "run_eval",
+    "run_id_of",
+    "run_trial",
+    "trial_of",
+]

@@ -30,7 +30,7 @@ The first day a ``DayHasher`` sees is hashed in full. Services are read through 
 builder's idle connection (its page cache is hot): on a day that only wrote rows, under
 the event guard (the hashing queries only read, so they pass it); otherwise with the
 guard set aside, and through a fresh read-only connection when there are TEMP objects.
-``tests/test_rehash.py`` checks, for many generated logs, that every day's manifest
+``tests/replay/test_rehash.py`` checks, for many generated logs, that every day's manifest
 equals a full re-hash.
 """
 

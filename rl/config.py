@@ -17,7 +17,7 @@ Both run verl's V1 trainer (``trainer.use_v1``, sync mode) with our agent-loop m
 (``rl.verl_manager.WorldAgentLoopManager``, fixed G or adaptive by ``agent_worlds.adaptive``)
 and our agent loop (``rl/agent_loop.yaml``), whose settings go under ``+agent_worlds.*``
 (``rl.verl_loop.LoopSettings``, which refuses unknown keys). Every key without ``+``
-exists in verl's composed config; tests/test_rl_config.py composes every launch with it,
+exists in verl's composed config; tests/rl/test_rl_config.py composes every launch with it,
 runs verl's own ``validate_config`` and checks it against model configs.
 
 What differs from the papers, and why, is listed in docs/guides/training.md ("The launch config").

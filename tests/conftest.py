@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-import rl_extra_venv
 import sqlalchemy as sa
+
+from tests.support import rl_extra_venv
 
 if TYPE_CHECKING:
     from replay import Worlds
@@ -92,7 +93,7 @@ def demo_jsonl() -> Path:
 
 @pytest.fixture
 def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model call's environment for the loopback server (tests/llm_server.py): an API key,
+    """A model call's environment for the loopback server (tests/support/llm_server.py): an API key,
     and no model or endpoint of the developer's own (``WORLDCTL_LLM_*``)."""
     monkeypatch.setenv("WORLDCTL_LLM_API_KEY", "x")
     for name in ("WORLDCTL_LLM_MODEL", "WORLDCTL_LLM_API_BASE"):

@@ -5,6 +5,8 @@ The whole tree is drawn in ``worldstore/errors.py``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastmcp.exceptions import ToolError as McpToolError
 
 from worldstore.errors import WorldError
@@ -47,3 +49,23 @@ class GatewayError(WorldError):
 
 class BrowserError(WorldError):
     """The instances' browser could not start, stopped, or did not answer in time."""
+
+
+class ActionError(ValueError):
+    """An action object that is not one of the protocol's shapes: a program's misuse of
+    Gym, REST or OpenEnv. A model's malformed call is an observation, never this."""
+
+
+class HttpError(Exception):
+    """A request a network surface refuses: its status, the one-line message, headers and
+    extra fields of the JSON answer (a cap's name and limit). Not a WorldError, so no
+    ``except WorldError`` that turns library errors into answers catches it again."""
+
+    def __init__(self, status: int, message: str,
+                 headers: list[tuple[bytes, bytes]] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or []
+        self.extra = extra or {}

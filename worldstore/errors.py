@@ -3,7 +3,7 @@
 Each package keeps its exception classes in its own ``<package>/errors.py``; the whole
 tree is drawn here. An entry is: the class, the package whose errors.py defines it, and
 what it means (continuation lines, if any, are indented under the meaning).
-tests/test_errors.py checks the tree against the code in both directions: every public
+tests/worldstore/test_errors.py checks the tree against the code in both directions: every public
 exception class of the project is drawn here, under its real base class, and everything
 drawn here exists where the entry says.
 
@@ -28,21 +28,21 @@ drawn here exists where the entry says.
     ├── WorldDirError           replay      a directory that is not a world (bad layout)
     ├── PackError               packs       a pack or pack archive that is refused; names
     │                                       pack, file, field or persona-day
-    ├── SandboxError            envs        no usable sandbox, or a command or workspace it
+    ├── SandboxError            worldenv    no usable sandbox, or a command or workspace it
     │                                       refuses
-    ├── InstanceClosed          envs        a call on an instance that was closed
-    ├── AppPinError             envs        a world pins app code this installation cannot serve
-    ├── ResetNeeded             envs        step() before reset() or after the episode ended
-    ├── AppLoadError            envs        carried app code that the worker could not load
-    ├── WorkerError             envs        an app worker that timed out, died or answered
+    ├── InstanceClosed          worldenv    a call on an instance that was closed
+    ├── AppPinError             worldenv    a world pins app code this installation cannot serve
+    ├── ResetNeeded             worldenv    step() before reset() or after the episode ended
+    ├── AppLoadError            worldenv    carried app code that the worker could not load
+    ├── WorkerError             worldenv    an app worker that timed out, died or answered
     │                                       nonsense
-    ├── GatewayError            envs        a gateway configuration it refuses (an open bind
+    ├── GatewayError            worldenv    a gateway configuration it refuses (an open bind
     │                                       without a token, bad limits)
-    ├── BrowserError            envs        the instances' browser could not start, stopped,
+    ├── BrowserError            worldenv    the instances' browser could not start, stopped,
     │                                       or did not answer in time
-    ├── NoModel                 llm         no model configured: what needed one did not run
-    ├── RecordingMissing        llm         replay mode found no recorded answer for a request
-    ├── LLMCallError            llm         the model provider refused the request or could not
+    ├── NoModel                 worldllm    no model configured: what needed one did not run
+    ├── RecordingMissing        worldllm    replay mode found no recorded answer for a request
+    ├── LLMCallError            worldllm    the model provider refused the request or could not
     │                                       be reached
     ├── TaskError               gates       a task folder that does not load; names file and
     │                                       field
@@ -50,11 +50,11 @@ drawn here exists where the entry says.
     ├── InvalidAnswer           gates       a judge's answer that is not the required JSON
     ├── RewardError             gates       input that has no reward (a verifier error, an
     │                                       empty checklist, ...); also a ValueError
-    ├── AwmError                awm         an AWM import that is refused (an unknown
+    ├── AwmError                awmbridge   an AWM import that is refused (an unknown
     │   │                                   scenario name, no AWM file); nothing stored
-    │   ├── AwmFormatError      awm         a file that is not AWM's format; names file and
+    │   ├── AwmFormatError      awmbridge   a file that is not AWM's format; names file and
     │   │                                   line; the whole import is refused
-    │   └── ScenarioRefused     awm         an AWM scenario that cannot be imported; names
+    │   └── ScenarioRefused     awmbridge   an AWM scenario that cannot be imported; names
     │                                       file, line and scenario; nothing stored for it
     ├── RLError                 rl          a training dataset, warm start or launch config
     │   │                                   that is refused (an unknown or empty split, a
@@ -74,9 +74,18 @@ drawn here exists where the entry says.
 Outside WorldError on purpose (the root names the foreign base class):
 
     fastmcp.exceptions.ToolError
-    └── ToolError               envs        a tool's refusal, raised by app code; the agent sees
+    └── ToolError               worldenv    a tool's refusal, raised by app code; the agent sees
                                             it as an error result and it never leaves the tool
                                             call; FastMCP's own, so any FastMCP server passes it on
+    builtins.ValueError
+    └── ActionError             worldenv    an action object of no protocol shape: a program's
+                                            misuse of Gym, REST or OpenEnv (a model's malformed
+                                            call is an observation instead)
+    builtins.Exception
+    ├── HttpError               worldenv    a request a network surface refuses: its status,
+    │                                       one-line message, headers and extra fields; never
+    │                                       caught as a WorldError (which it answers for)
+    └── PageRefused             worldctl    a request the web UI answers with an error page
 
 Classes whose names start with '_' are private control flow inside one module and never
 reach a caller; they are not drawn.

@@ -66,7 +66,7 @@ def statement_count_problem(sql: str) -> str | None:
 # of a prefix ending in ``;`` is true exactly when that ``;`` is a token of the whole text
 # (not inside a quote or comment, which the prefix would leave unterminated) and the
 # machine is in state START after it, so the first such ``;`` of one left-to-right pass is
-# the first prefix sqlite3_complete accepts. tests/test_importer_bounds.py compares this
+# the first prefix sqlite3_complete accepts. tests/worldstore/test_importer_bounds.py compares this
 # with sqlite3_complete itself on generated SQL.
 
 _SEMI, _WS, _OTHER, _EXPLAIN, _CREATE, _TEMP, _TRIGGER, _END = range(8)

@@ -9,7 +9,7 @@ Two interfaces, because they hold different things with different rules:
 
 ``WorldStore`` is both at once, in one database: what ``worldstore.open.open_event_store``
 returns and ``replay.Worlds`` holds. ``worldstore.testing`` checks each interface on any
-implementation (tests/test_store_sqlite.py and tests/test_store_postgres.py run it).
+implementation (tests/worldstore/test_store_sqlite.py and test_store_postgres.py run it).
 
 Guarantees of an EventStore:
 

@@ -7,7 +7,7 @@ this needs a checkout (``tests/``), not an API key.
 Writes ``examples/recorded/synth`` (a synthesis run of the scenario library_loans),
 ``examples/recorded/eval/recordings`` (an LLM agent solving ``eval/fjellrommet-title`` on
 the demo world lars@7) and ``bench/fixtures/persona`` (what ``bench/bench_persona.py``
-replays). ``tests/test_recorded_runs.py`` runs the commands of ``README.md`` on them.
+replays). ``tests/project/test_recorded_runs.py`` runs the commands of ``README.md`` on them.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # fd, mem and ptrace of a process that is not dumpable; the children hold no capabilities.
 # As root the sandbox's pid 1 (bwrap) holds the runner's pipe too, but it sits in the
 # parent user namespace and its /proc/1/fd is refused as well (otherwise the driver is pid
-# 1 itself). tests/test_verifier.py tries each way.
+# 1 itself). tests/gates/test_verifier.py tries each way.
 #
 # What stays open: signals between processes of one uid cannot be refused, so a script can
 # kill or stop the driver (the scripts not yet reported then get an error, never a pass)

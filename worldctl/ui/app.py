@@ -18,8 +18,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from replay.engine import Worlds
+from worldctl.errors import PageRefused
 from worldctl.ui.pages import REPORT_FILES, Pages
-from worldctl.ui.sources import HttpError
 from worldenv.serving.gateway import from_loopback
 from worldstore.errors import NotFoundError, WorldError
 
@@ -64,7 +64,7 @@ class WorldsUI:
         async def run_file(request: Request) -> Response:
             name, file = request.path_params["name"], request.path_params["file"]
             if file not in REPORT_FILES:
-                raise HttpError(404, _no_page(request))
+                raise PageRefused(404, _no_page(request))
             return Response(pages.run_report(name, file), media_type=REPORT_FILES[file],
                             headers={"content-security-policy": SANDBOXED.decode()})
 
@@ -102,7 +102,7 @@ class WorldsUI:
         ]
         self.app = Starlette(
             routes=routes, middleware=[Middleware(_Guard, token=token)],
-            exception_handlers={HttpError: _error_page, WorldError: _error_page,
+            exception_handlers={PageRefused: _error_page, WorldError: _error_page,
                                 HTTPException: _error_page})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -162,7 +162,7 @@ class _Guard:
 
 
 async def _error_page(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, HttpError):
+    if isinstance(exc, PageRefused):
         return _error_response(exc.status, str(exc))
     if isinstance(exc, HTTPException):  # from the router: no route, or not a GET
         message = {404: _no_page(request), 405: "the UI is read-only: GET only"}.get(
@@ -182,7 +182,7 @@ def _error_response(status: int, message: str) -> Response:
 def _one(request: Request, name: str) -> str:
     values = request.query_params.getlist(name)
     if len(values) != 1 or not values[0]:
-        raise HttpError(400, f"give exactly one {name}= (a persona@day or a world hash)")
+        raise PageRefused(400, f"give exactly one {name}= (a persona@day or a world hash)")
     return values[0]
 
 
@@ -193,7 +193,7 @@ def _day(text: str) -> int:
 def _int(text: str, what: str) -> int:
     least = 1 if what == "page" else 0
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < least:
-        raise HttpError(400, f"{what} {text!r} is not a number")
+        raise PageRefused(400, f"{what} {text!r} is not a number")
     return int(text)
 
 

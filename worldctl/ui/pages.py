@@ -1,7 +1,7 @@
 """The pages of ``worldctl ui``: each reads what it shows (the store through ``replay``,
 the other sources through ``worldctl.ui.sources``) and renders its template.
 
-Every method answers one page as HTML, or raises ``HttpError`` or a ``WorldError`` that
+Every method answers one page as HTML, or raises ``PageRefused`` or a ``WorldError`` that
 ``worldctl.ui.app`` turns into an error page.
 """
 
@@ -25,11 +25,11 @@ from replay.browse import read_rows
 from replay.engine import Worlds
 from replay.files import read_regular
 from replay.layout import WORKSPACE
+from worldctl.errors import PageRefused
 from worldctl.ui.sources import (
     FoundReport,
     GateReports,
     Graded,
-    HttpError,
     diff_side,
     graded_episodes,
     headline,
@@ -146,7 +146,7 @@ class Pages:
     def days(self, persona: str) -> str:
         records = self.worlds.store.days(persona)
         if not records:
-            raise HttpError(404, f"no persona {persona!r} in the store")
+            raise PageRefused(404, f"no persona {persona!r} in the store")
         # The diff most often wanted: what the latest day changed.
         latest = records[-1].day
         before = records[-2].day if len(records) > 1 else latest
@@ -168,7 +168,7 @@ class Pages:
         record = self.worlds.store.day(persona, day)
         found = self.worlds.manifest(record).services.get(service)
         if found is None or table not in found.tables:
-            raise HttpError(404, f"no table {service}.{table} in {persona}@{day}")
+            raise PageRefused(404, f"no table {service}.{table} in {persona}@{day}")
         with self.worlds.pinned(persona, day) as world:
             rows = read_rows(world, service, table, offset=(page - 1) * PAGE_ROWS,
                              limit=PAGE_ROWS, search=search)
@@ -195,11 +195,11 @@ class Pages:
         record = self.worlds.store.day(persona, day)
         entry = self.worlds.manifest(record).files.get(path)
         if entry is None:
-            raise HttpError(404, f"no file {path!r} in {persona}@{day}")
+            raise PageRefused(404, f"no file {path!r} in {persona}@{day}")
         with self.worlds.pinned(persona, day) as world:
             data = read_regular(world / WORKSPACE / path, limit=entry.size)
         if data is None:
-            raise HttpError(404, f"{path!r} in {persona}@{day} is not a regular file")
+            raise PageRefused(404, f"{path!r} in {persona}@{day} is not a regular file")
         kind = next((k for magic, k in IMAGE_TYPES if data.startswith(magic)), "text/plain")
         return kind, data
 
@@ -208,7 +208,7 @@ class Pages:
         try:
             found = self.worlds.diff(side_a, side_b)
         except OSError as exc:  # a checkout that changed or cannot be read meanwhile
-            raise HttpError(400, f"{exc.filename or a}: cannot be read: "
+            raise PageRefused(400, f"{exc.filename or a}: cannot be read: "
                                  f"{exc.strerror or exc}") from None
         return render("diff.html", title=f"{a} → {b}", found=found)
 
@@ -262,7 +262,7 @@ class Pages:
         """A GUI call's screenshot kept in a stored episode (PNG)."""
         data = load_episode(self.worlds, episode_id).screenshots.get(digest)
         if data is None or not data.startswith(IMAGE_TYPES[0][0]):
-            raise HttpError(404, f"episode {episode_id} keeps no screenshot {digest!r}")
+            raise PageRefused(404, f"episode {episode_id} keeps no screenshot {digest!r}")
         return data
 
     # --- tasks ------------------------------------------------------------------------
@@ -294,7 +294,7 @@ class Pages:
     def task(self, task_id: str) -> str:
         folder = self.tasks.get(task_id)
         if folder is None:
-            raise HttpError(404, f"no task {task_id!r} among the {len(self.tasks)} tasks "
+            raise PageRefused(404, f"no task {task_id!r} among the {len(self.tasks)} tasks "
                                  "the UI was given")
         task = load_task(folder)
         found = self.reports.latest().get(task_id)
@@ -349,17 +349,17 @@ class Pages:
         for found, folder in run_folders(self.runs):
             if found == name:
                 return folder
-        raise HttpError(404, f"no eval run {name!r} in "
+        raise PageRefused(404, f"no eval run {name!r} in "
                              f"{', '.join(str(f) for f in self.runs) or 'no run folder'}")
 
     def run_report(self, name: str, file: str) -> bytes:
         path = self.run_folder(name) / file
         if not path.is_file():
-            raise HttpError(404, f"no {file} in {path.parent} (worldctl eval report writes "
+            raise PageRefused(404, f"no {file} in {path.parent} (worldctl eval report writes "
                                  "it)")
         data = read_regular(path, limit=MAX_FILE_BYTES)
         if data is None:
-            raise HttpError(400, f"{path}: larger than {MAX_FILE_BYTES:,} bytes")
+            raise PageRefused(400, f"{path}: larger than {MAX_FILE_BYTES:,} bytes")
         return data
 
     # --- errors -----------------------------------------------------------------------

@@ -23,20 +23,13 @@ from packs.registry import list_packs
 from replay.engine import Worlds
 from replay.files import read_regular
 from replay.layout import APPS, SERVICES, WORKSPACE, check_world_dir
+from worldctl.errors import PageRefused
 from worldstore.errors import ConfigError, NotFoundError, WorldError
 
 MAX_REPORT_FILES = 10_000  # JSON files looked at per reports folder, per page
 MAX_JSON_BYTES = 64 * 1024 * 1024
 SHOWN_IDS = 5  # ids an ambiguous episode prefix names
 Z_95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
-
-
-class HttpError(Exception):
-    """A request the UI answers with an error page: its status and one-line message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 # --- tasks and gate reports ---------------------------------------------------------------
@@ -261,7 +254,7 @@ def graded_episodes(sources: Sequence[Path]) -> dict[str, Graded]:
 
 def resolve_episode(worlds: Worlds, text: str) -> str:
     """The id of the stored episode `text` names: its id, or a prefix of exactly one
-    stored id. HttpError 404 when none starts so, 400 when several do (some named)."""
+    stored id. PageRefused 404 when none starts so, 400 when several do (some named)."""
     try:
         return worlds.store.episode(text).episode_id
     except NotFoundError:
@@ -269,11 +262,11 @@ def resolve_episode(worlds: Worlds, text: str) -> str:
     matches = sorted(r.episode_id for r in worlds.store.episodes()
                      if r.episode_id.startswith(text))
     if not matches:
-        raise HttpError(404, f"no stored episode {text!r} (nor one whose id starts so)")
+        raise PageRefused(404, f"no stored episode {text!r} (nor one whose id starts so)")
     if len(matches) > 1:
         named = ", ".join(m[:16] for m in matches[:SHOWN_IDS])
         more = f" and {len(matches) - SHOWN_IDS} more" if len(matches) > SHOWN_IDS else ""
-        raise HttpError(400, f"episode prefix {text!r} is ambiguous: {len(matches)} stored "
+        raise PageRefused(400, f"episode prefix {text!r} is ambiguous: {len(matches)} stored "
                              f"episodes start so ({named}{more}); give more characters")
     return matches[0]
 
@@ -285,21 +278,21 @@ def diff_side(text: str) -> str | Path:
         return text
     folder = Path(text)
     if not folder.is_dir():
-        raise HttpError(400, f"{text}: not a directory (a side with a '/' is the path of "
+        raise PageRefused(400, f"{text}: not a directory (a side with a '/' is the path of "
                              "a world checkout)")
     try:
         check_world_dir(folder)
     except OSError as exc:
-        raise HttpError(400, f"{text}: cannot be read: {exc.strerror or exc}") from None
+        raise PageRefused(400, f"{text}: cannot be read: {exc.strerror or exc}") from None
     except WorldError:  # its message names an entry: no listing of other folders
-        raise HttpError(400, f"{text}: not a world checkout (a world holds only "
+        raise PageRefused(400, f"{text}: not a world checkout (a world holds only "
                              f"{SERVICES}/, {WORKSPACE}/ and {APPS}/)") from None
     if not any((folder / part).is_dir() for part in (SERVICES, WORKSPACE)):
-        raise HttpError(400, f"{text}: not a world checkout (it holds neither {SERVICES}/ "
+        raise PageRefused(400, f"{text}: not a world checkout (it holds neither {SERVICES}/ "
                              f"nor {WORKSPACE}/)")
     return folder
 
 
-__all__ = ["FoundReport", "GateReports", "Graded", "Headline", "HttpError", "diff_side",
+__all__ = ["FoundReport", "GateReports", "Graded", "Headline", "diff_side",
            "graded_episodes", "headline", "load_run", "resolve_episode", "run_folders",
            "synth_records", "task_index", "wilson"]

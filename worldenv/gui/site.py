@@ -30,7 +30,7 @@ site's package, which can use this package's ``templates/`` too: the document ar
 every page, the form macros): every value put into it is escaped unless it is
 ``markupsafe.Markup`` (what ``render`` and ``esc`` return), so a value from the world, the
 request or a tool (text, or a number column holding text: SQLite columns take any type) is
-shown, never run. Shipped sites build no HTML any other way (tests/test_hostile_pages.py
+shown, never run. Shipped sites build no HTML any other way (tests/hostile/test_hostile_pages.py
 checks the sources and the templates, and crawls every page of a world with markup in
 every column). A photo
 is served only as a still image type its bytes say it is (PNG, JPEG, GIF, WebP), never as

@@ -19,6 +19,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+from worldenv.errors import ActionError
 from worldenv.gui.tools import GUI_ACTIONS, gui_argument_problem, gui_tool_action
 from worldenv.protocol.actions import (
     Action,
@@ -40,10 +41,6 @@ from worldenv.protocol.observation import (
     text_argument_problem,
     unknown_tool,
 )
-
-
-class ActionError(ValueError):
-    """An action object that is not one of the protocol's shapes (a client's misuse)."""
 
 
 def decode_call(name: str, arguments: str | dict[str, Any], offered: Collection[str], *,

@@ -4,7 +4,7 @@ The surfaces that put an instance in front of a model (the LLM agent, the verl l
 ``rl.world``, Gym, MCP, the gateway's REST and OpenEnv, the SFT rows) decode into the
 protocol's actions and call ``worldenv.protocol.execute``, which renders with these
 functions; a policy trained on one and evaluated on another sees the same bytes
-(``tests/test_observation.py`` runs the same actions through every surface):
+(``tests/worldenv/test_observation.py`` runs the same actions through every surface):
 
 - the tools offered, in one order (``offered``; as function schemas, ``tool_schemas``:
   the instance's tools, the GUI tools, ``shell`` and ``answer``; or meta mode's

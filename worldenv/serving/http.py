@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from replay.errors import IntegrityError
+from worldenv.errors import HttpError
 from worldstore.errors import ConflictError, NotFoundError, WorldError
 
 Scope = MutableMapping[str, Any]
@@ -43,19 +44,6 @@ JSON_HEADERS: Headers = [(b"x-content-type-options", b"nosniff"),
 log = logging.getLogger("agentworlds.gateway")
 
 S = TypeVar("S", bound=msgspec.Struct)
-
-
-class HttpError(Exception):
-    """A request refused: its status, the one-line message, headers and extra fields of
-    the JSON answer (a cap's name and limit)."""
-
-    def __init__(self, status: int, message: str, headers: Headers | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or []
-        self.extra = extra or {}
 
 
 def status_of(exc: WorldError) -> int:
