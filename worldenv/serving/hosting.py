@@ -29,7 +29,7 @@ from fastmcp.server.http import StarletteWithLifespan
 from starlette.requests import Request
 
 from worldenv.core.contract import ToolResult
-from worldenv.errors import GatewayError
+from worldenv.errors import GatewayError, HttpError
 from worldenv.gui.site import PageResponse
 from worldenv.instances.episodes import save_episode
 from worldenv.instances.instance import Environment, GuiResult, Instance
@@ -47,7 +47,7 @@ from worldenv.protocol.actions import (
 )
 from worldenv.protocol.execute import at_once, execute
 from worldenv.protocol.observation import timed_out
-from worldenv.serving.http import HttpError, shown, status_of
+from worldenv.serving.http import shown, status_of
 from worldenv.serving.mcp import Mode, instance_server
 from worldstore.errors import WorldError
 

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from worldenv.errors import HttpError
 from worldenv.protocol import (
     Action,
     ActionError,
@@ -33,7 +34,6 @@ from worldenv.protocol import (
 )
 from worldenv.serving.hosting import Hosted, Hosting, enabled, hosting_of
 from worldenv.serving.http import (
-    HttpError,
     JsonRoute,
     allow,
     convert,

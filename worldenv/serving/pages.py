@@ -22,11 +22,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from worldenv.errors import HttpError
 from worldenv.gui.site import MAX_FORM_BYTES
 from worldenv.serving.hosting import enabled, hosting_of
 from worldenv.serving.http import (
     ASGIApp,
-    HttpError,
     JsonRoute,
     Receive,
     Scope,

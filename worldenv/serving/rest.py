@@ -15,11 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from worldenv.errors import HttpError
 from worldenv.gui.tools import GUI_ACTIONS, gui_argument_problem
 from worldenv.protocol.actions import GuiAction, Observation, ShellAction
 from worldenv.serving.hosting import MAX_STEPS, Hosted, Hosting, Setup, enabled, hosting_of
 from worldenv.serving.http import (
-    HttpError,
     JsonRoute,
     Message,
     Receive,
