@@ -210,6 +210,22 @@ def test_pages_reach_only_their_instance(worlds: Worlds, browser: Browser) -> No
     assert hits == []
 
 
+def test_one_browser_serves_the_pages_of_many_instances(env: Environment) -> None:
+    """Each open page costs Chromium a renderer of ~27 threads, all counted against the
+    browser sandbox's process limit: under a limit of 512 the 16th instance's page never
+    answered. Twenty instances, each with its own page open at once, all work."""
+    instances = [env.open("lars@7") for _ in range(20)]
+    try:
+        for n, inst in enumerate(instances):
+            opened = inst.gui("open", {"url": "/shop/"})
+            assert not opened.is_error, (n, opened.text)
+        last = instances[-1].gui("read")
+        assert not last.is_error and "/shop/" in last.text
+    finally:
+        for inst in instances:
+            inst.close()
+
+
 def test_instances_do_not_share_pages_or_state(env: Environment) -> None:
     with env.open("lars@7") as a, env.open("lars@7") as b:
         product = _product_id(a, "RCK-BLANK-1U")

@@ -53,9 +53,11 @@ __all__ = ["Browser", "BrowserPage", "Intercepted", "Served", "shared_browser"]
 log = logging.getLogger(__name__)
 
 VIEWPORT = (1024, 768)
-# Chromium's processes and threads, counted for its sandbox alone (worldenv.sandbox): it runs
-# ~110 when it has started, a few more per page; the rest is headroom.
-BROWSER_MAX_PROCS = 512
+# Chromium's processes and threads, counted for its sandbox alone (worldenv.sandbox): ~140
+# once started and ~27 more per open page (a renderer's threads), for the pages of every
+# instance this browser serves. 512 held 15 pages: the 16th instance's page never answered.
+# This bounds a runaway (pages run no script), not the pages a node serves: ~600 fit.
+BROWSER_MAX_PROCS = 16384
 COMMAND_TIMEOUT_S = 20.0
 START_TIMEOUT_S = 30.0
 SETTLE_S = 0.03  # how long an action waits for a navigation it may have started

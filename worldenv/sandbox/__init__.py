@@ -33,20 +33,20 @@ What a command sees under bubblewrap:
 **Roles cannot starve each other.** Four roles run in these sandboxes: the agent shell
 (``Limits.max_procs``, 64), the verifier's runs and servers (``gates.verifier``'s limits,
 64), the carried-app workers (``WorkerLimits.max_procs``, 64) and the browser
-(``worldenv.gui.browser``, a few hundred: Chromium's threads). Each sandbox gets its process limit
-(RLIMIT_NPROC, which counts threads too) set by a ``prlimit`` that runs as the first
-process *inside* the sandbox's own user namespace, after bwrap made it. Since Linux 5.14 the
-kernel counts RLIMIT_NPROC per (user namespace, uid) and checks each level up to the host,
-each against the limit the namespace's creator had: the sandbox's own level holds its
-processes alone, so one sandbox that hoards processes or forks a bomb reaches only its own
-limit, and every other sandbox (of its role or any other, of its uid or not) still starts
-and runs. At the host level the total of one uid's sandboxes is bounded only by that uid's
-own RLIMIT_NPROC as the host process had it (the process limit is never set before bwrap,
-where it would count every sandbox of the uid together, the host's own processes
+(``worldenv.gui.browser``, 16,384: Chromium's threads, ~27 per open page). Each sandbox gets
+its process limit (RLIMIT_NPROC, which counts threads too) set by a ``prlimit`` that runs as
+the first process *inside* the sandbox's own user namespace, after bwrap made it. Since
+Linux 5.14 the kernel counts RLIMIT_NPROC per (user namespace, uid) and checks each level up
+to the host, each against the limit the namespace's creator had: the sandbox's own level
+holds its processes alone, so one sandbox that hoards processes or forks a bomb reaches only
+its own limit, and every other sandbox (of its role or any other, of its uid or not) still
+starts and runs. At the host level the total of one uid's sandboxes is bounded only by that
+uid's own RLIMIT_NPROC as the host process had it (the process limit is never set before
+bwrap, where it would count every sandbox of the uid together, the host's own processes
 included). Per-sandbox accounting rather than a user per role: two instances of the same
 role must not starve each other either, a host that does not run as root has one uid to
-give, and cgroup pids controllers are writable only where cgroups are delegated (root, or
-a systemd user slice); per-sandbox uids would need a reserved range and re-chowning a
+give, and cgroup pids controllers are writable only where cgroups are delegated (root, or a
+systemd user slice); per-sandbox uids would need a reserved range and re-chowning a
 workspace whenever its uid changes. The users stay as they were: as root,
 ``agentworlds-sandbox`` for the shell, the verifier and the app workers, and
 ``agentworlds-browser`` for the browser; otherwise the caller's uid for all. On a kernel
