@@ -22,7 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the loopback model server and its scripts
+# the checkout first (tests.support: the loopback model server and its scripts; verl
+# installs a `tests` package of its own)
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 WORLDCTL = Path(sys.executable).parent / "worldctl"
 
@@ -42,8 +44,8 @@ def _run(*args: str, env: dict[str, str]) -> None:
 
 
 def record_synth() -> None:
-    import synth_script
-    from llm_server import serving
+    from tests.support import synth_script
+    from tests.support.llm_server import serving
 
     target = HERE / "synth"
     shutil.rmtree(target, ignore_errors=True)
@@ -56,7 +58,7 @@ def record_synth() -> None:
 
 
 def record_eval() -> None:
-    from llm_server import load_script, serving
+    from tests.support.llm_server import load_script, serving
 
     recordings = HERE / "eval" / "recordings"
     task = HERE / "eval" / "fjellrommet-title"
@@ -75,10 +77,10 @@ def record_eval() -> None:
 
 def record_persona() -> None:
     import bench_persona
-    import test_synth_implement as scripts
-    from llm_server import serving
 
     from synth.runs import Settings
+    from tests.support.llm_server import serving
+    from tests.synth import test_synth_implement as scripts
 
     fixture = bench_persona.FIXTURE
     shutil.rmtree(fixture, ignore_errors=True)
