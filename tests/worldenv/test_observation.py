@@ -178,10 +178,12 @@ def run_agent(env: Environment, task: Task, actions: list[Action], mode: str
 # --- the gateway -----------------------------------------------------------------------
 
 
-async def over_mcp(url: str, actions: list[Action]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The tools the gateway's MCP server offers (as function schemas) and, per action,
-    the result as the agents show it (``shown`` of its text and error flag)."""
-    async with Client(url, timeout=60) as client:
+async def over_mcp(server: Any, actions: list[Action]
+                   ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The tools an MCP server offers (as function schemas) and, per action, the result as
+    the agents show it (``shown`` of its text and error flag); `server` is the gateway's
+    URL or a server object, which fastmcp's client reaches in memory."""
+    async with Client(server, timeout=60) as client:
         offered = [{"type": "function", "function": {
             "name": t.name, "description": t.description, "parameters": t.input_schema}}
             for t in await client.list_tools()]
@@ -255,23 +257,9 @@ def over_gym(env: Environment, world: str, actions: list[Action]) -> list[str]:
 def over_lone_mcp(env: Environment, world: str, actions: list[Action], mode: str
                   ) -> tuple[list[dict[str, Any]], list[str]]:
     """A lone instance's MCP server (in memory) offering what the agents offer."""
-    async def run(server: Any) -> tuple[list[dict[str, Any]], list[str]]:
-        async with Client(server, timeout=60) as client:
-            offered = [{"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.input_schema}}
-                for t in await client.list_tools()]
-            seen = []
-            for action in actions:
-                assert isinstance(action.arguments, dict)
-                result = await client.call_tool(action.name, action.arguments,
-                                                 raise_on_error=False)
-                seen.append(shown(result.content[0].text, result.is_error,
-                                  whole=action.name == "list_tools"))
-            return offered, seen
-
     with env.open(world) as instance:
-        return asyncio.run(run(instance_server(
-            instance, mode, shell=mode == "tools", answer=True)))  # type: ignore[arg-type]
+        return asyncio.run(over_mcp(instance_server(
+            instance, mode, shell=mode == "tools", answer=True), actions))  # type: ignore[arg-type]
 
 
 # --- the verl loop ---------------------------------------------------------------------

@@ -358,32 +358,25 @@ def problem(exc: msgspec.ValidationError) -> str:
 # --- what a Struct's fields are, in words (errors and the HTTP reference) -------------------
 
 
+_MI = msgspec.inspect
+# a field's type in the words of the HTTP reference, for the types that are one word
+_TYPE_WORDS: dict[type[msgspec.inspect.Type], str] = {
+    _MI.StrType: "string", _MI.BoolType: "true | false", _MI.IntType: "int",
+    _MI.FloatType: "number", _MI.NoneType: "null", _MI.AnyType: "any", _MI.DictType: "{...}",
+    _MI.ListType: "[...]", _MI.TupleType: "[...]", _MI.VarTupleType: "[...]"}
+
+
 def type_text(info: msgspec.inspect.Type) -> str:
     """A field's type as a reader of the HTTP reference would write it."""
-    mi = msgspec.inspect
-    if isinstance(info, mi.Metadata):
+    if type(info) in _TYPE_WORDS:
+        return _TYPE_WORDS[type(info)]
+    if isinstance(info, _MI.Metadata):
         return type_text(info.type)
-    if isinstance(info, mi.StrType):
-        return "string"
-    if isinstance(info, mi.BoolType):
-        return "true | false"
-    if isinstance(info, mi.IntType):
-        return "int"
-    if isinstance(info, mi.FloatType):
-        return "number"
-    if isinstance(info, mi.NoneType):
-        return "null"
-    if isinstance(info, mi.AnyType):
-        return "any"
-    if isinstance(info, mi.LiteralType):
+    if isinstance(info, _MI.LiteralType):
         return " | ".join(msgspec.json.encode(v).decode() for v in info.values)
-    if isinstance(info, mi.DictType):
-        return "{...}"
-    if isinstance(info, (mi.ListType, mi.TupleType, mi.VarTupleType)):
-        return "[...]"
-    if isinstance(info, mi.UnionType):
+    if isinstance(info, _MI.UnionType):
         return " | ".join(type_text(t) for t in info.types)
-    if isinstance(info, mi.StructType):
+    if isinstance(info, _MI.StructType):
         return shape(info.cls)
     return type(info).__name__.removesuffix("Type").lower()
 
