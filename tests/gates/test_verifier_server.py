@@ -57,10 +57,8 @@ def _fresh_servers() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store") / "store") as opened:
-        opened.import_file(PACK.worlds[0])
-        yield opened
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 @pytest.fixture(scope="module")

@@ -95,10 +95,8 @@ def shown(marker: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("hostile-store")) as w:
-        w.import_file(DEMO)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 # --- (A) every value from a world is escaped on every page -------------------------------

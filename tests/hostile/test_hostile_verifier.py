@@ -398,11 +398,9 @@ def box() -> BubblewrapSandbox:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+def worlds(demo_worlds: Worlds) -> Iterator[Worlds]:
     servers.close_servers()
-    with Worlds.open(tmp_path_factory.mktemp("store") / "store") as opened:
-        opened.import_file(load_pack("demo").worlds[0])
-        yield opened
+    yield demo_worlds
     servers.close_servers()
 
 

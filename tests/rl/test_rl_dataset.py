@@ -40,11 +40,8 @@ def pack() -> Pack:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory, pack: Pack) -> Worlds:
-    found = Worlds.open(str(tmp_path_factory.mktemp("rl-dataset") / "store"), create=True)
-    for log in pack.worlds:
-        found.import_file(log)
-    return found
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 MCP_TASK = "shop-cart-count"

@@ -32,7 +32,6 @@ from worldenv.errors import GatewayError
 from worldenv.instances.instance import Environment
 from worldenv.serving.gateway import Gateway, check_bind, serve
 
-DEMO = Path(__file__).resolve().parents[2] / "packs" / "demo" / "world" / "lars.jsonl"
 TOKEN = "s3cret-token"
 NOTE_TOOLS = ["notes_get_note", "notes_rename_note", "notes_slow"]
 
@@ -72,10 +71,8 @@ def slow(ctx: ToolContext, seconds: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store")) as w:
-        w.import_file(DEMO)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 @pytest.fixture(scope="module")

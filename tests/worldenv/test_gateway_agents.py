@@ -45,16 +45,13 @@ OTHER_WORLD = "lars@7"
 
 
 @pytest.fixture(scope="module")
-def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("agents") / "store"
+def store_dir(demo_store: Path) -> Path:
+    return demo_store  # the shared demo store (tests/conftest.py): every world of the pack
 
 
 @pytest.fixture(scope="module")
-def worlds(store_dir: Path) -> Iterator[Worlds]:
-    with Worlds.open(store_dir) as w:
-        for world in PACK.worlds:  # the pack's tasks need every world of it
-            w.import_file(world)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -33,7 +32,6 @@ from worldenv.serving.gateway import Gateway, ServedTask
 from worldenv.serving.mcp import gui_caller, instance_server
 from worldstore.canonical import digest
 
-DEMO = Path(__file__).resolve().parents[2] / "packs" / "demo" / "world" / "lars.jsonl"
 WORLD = "lars@7"
 GUI_NAMES = sorted(t.name for t in GUI_TOOLS)
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -49,10 +47,8 @@ def _graded(instance: Instance, answer: str | None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("gui-store")) as w:
-        w.import_file(DEMO)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 @pytest.fixture(scope="module")

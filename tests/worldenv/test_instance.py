@@ -42,11 +42,8 @@ def stamp(ctx: ToolContext) -> int:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    demo = Path(__file__).resolve().parents[2] / "packs" / "demo" / "world" / "lars.jsonl"
-    with Worlds.open(tmp_path_factory.mktemp("store")) as w:
-        w.import_file(demo)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ instances through an in-memory MCP client and the sandboxed shell, stored and ve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,8 @@ SCRIPT = DEMO.episode("demo")
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("script") / "store") as opened:
-        opened.import_file(DEMO.worlds[0])
-        yield opened
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 def test_the_demo_script_loads() -> None:

@@ -29,10 +29,8 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    with Worlds.open(tmp_path_factory.mktemp("store")) as w:
-        w.import_file(DEMO)
-        yield w
+def worlds(demo_worlds: Worlds) -> Worlds:
+    return demo_worlds  # the shared demo store (tests/conftest.py), this module's copy
 
 
 @pytest.fixture(scope="module")
