@@ -44,14 +44,23 @@ four services, ~270 kB), with the shipped apps:
    disk used; then every 32nd instance's episode is replayed (``apply_effects`` on a fresh
    ``worlds.mount(world_hash)``) and must give the instance's final hash; then all close.
 
+4. **OpenEnv episodes**: one short episode (reset to ``lars@7``, one read step, the state,
+   close) over the gateway's WebSocket session (``/ws``, one connection per episode, as
+   OpenEnv's ``EnvClient`` makes it) against the per-instance HTTP form as its baseline
+   (``POST /instances``, ``openenv/reset``, ``openenv/step``, ``GET openenv/state``,
+   ``DELETE``, one kept-alive connection), sequential, interleaved round by round, the
+   gateway in its own process: episodes per second of each.
+
     .venv/bin/python bench/bench_envs.py [--quick] [--calls N] [--http-calls N]
                                          [--rounds R] [--starts S] [--many N]
+                                         [--episodes E]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import shutil
@@ -740,6 +749,93 @@ def many_rows(d: dict[str, Any], awm_rss: float) -> list[Row]:
     ]
 
 
+# --- 4. OpenEnv episodes: the WebSocket session vs the per-instance HTTP form -------------
+
+
+async def ws_episode(url: str) -> None:
+    """One episode as OpenEnv's EnvClient plays it: a connection, reset, step, state,
+    close."""
+    from websockets.asyncio.client import connect
+
+    async with connect(url) as ws:
+        for message in ({"type": "reset", "data": {"world": REF}},
+                        {"type": "step", "data": {"tool": READ, "arguments": {"note_id": NOTE}}},
+                        {"type": "state"}):
+            await ws.send(json.dumps(message))
+            answer = json.loads(await ws.recv())
+            if answer["type"] == "error":
+                raise RuntimeError(answer["data"]["message"])
+        await ws.send(json.dumps({"type": "close"}))
+
+
+def http_episode(conn: http.client.HTTPConnection) -> None:
+    """The same episode on an instance's OpenEnv HTTP form, over one kept-alive
+    connection."""
+
+    def ask(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        conn.request(method, path, None if body is None else json.dumps(body),
+                     {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        data = answer.read()
+        if answer.status >= 400:
+            raise RuntimeError(data.decode())
+        return json.loads(data)
+
+    iid = ask("POST", "/instances", {"world": REF})["id"]
+    ask("POST", f"/instances/{iid}/openenv/reset", {})
+    ask("POST", f"/instances/{iid}/openenv/step",
+        {"action": {"tool": READ, "arguments": {"note_id": NOTE}}})
+    ask("GET", f"/instances/{iid}/openenv/state")
+    ask("DELETE", f"/instances/{iid}")
+
+
+def openenv_episodes(store: Path, episodes: int, rounds: int) -> tuple[list[Row],
+                                                                       dict[str, Any]]:
+    port = free_port()
+    proc = start_server([__file__, "--serve", "gateway", "--port", str(port), "--store",
+                         str(store)], port)
+    times: dict[str, list[float]] = {"ws": [], "http": []}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    per_round = max(1, episodes // rounds)
+
+    async def ws_round() -> None:
+        for _ in range(per_round):
+            started = time.perf_counter()
+            await ws_episode(f"ws://127.0.0.1:{port}/ws")
+            times["ws"].append(time.perf_counter() - started)
+
+    def http_round() -> None:
+        for _ in range(per_round):
+            started = time.perf_counter()
+            http_episode(conn)
+            times["http"].append(time.perf_counter() - started)
+
+    def ws_round_run() -> None:
+        asyncio.run(ws_round())
+
+    try:
+        ws_round_run()  # a warm-up round of each, discarded
+        http_round()
+        for kept in times.values():
+            kept.clear()
+        for r in range(rounds):
+            for run_one in ((ws_round_run, http_round) if r % 2 == 0
+                            else (http_round, ws_round_run)):
+                run_one()
+    finally:
+        conn.close()
+        stop(proc)
+    ws, base = median(times["ws"]), median(times["http"])
+    data = {"episodes": len(times["ws"]), "ws_median_s": ws, "http_median_s": base}
+    rows = [Row(B, f"OpenEnv episode (reset `{REF}`, one read step, state, close), "
+                   "WebSocket session /ws vs the per-instance HTTP form; median of "
+                   f"{len(times['ws'])} each",
+                f"{fmt_s(ws)} = {fmt_rate(1 / ws, 'episodes')}",
+                f"{fmt_s(base)} = {fmt_rate(1 / base, 'episodes')}",
+                f"HTTP/WebSocket = {base / ws:.2f}")]
+    return rows, data
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
@@ -747,7 +843,8 @@ def run(a: argparse.Namespace) -> Report:
     work = scratch_dir("envs")
     report = Report("envs", {"calls": a.calls, "http_calls": a.http_calls, "rounds": a.rounds,
                              "open_rounds": a.open_rounds, "starts": a.starts, "many": a.many,
-                             "many_calls": a.many_calls, "world": REF})
+                             "many_calls": a.many_calls, "episodes": a.episodes,
+                             "world": REF})
     store = make_store(work)
     rows1, data1 = asyncio.run(latency(store, a.calls, a.http_calls, a.rounds,
                                        http=not a.quick))
@@ -760,8 +857,9 @@ def run(a: argparse.Namespace) -> Report:
          str(a.many_calls), "--store", str(store)],
         capture_output=True, text=True, check=True)
     many = json.loads(out.stdout)
-    report.rows += rows1 + rows2 + many_rows(many, data2["awm_vmrss_bytes"])
-    report.data = {"latency": data1, "open_reset": data2, "many": many}
+    rows4, data4 = openenv_episodes(store, a.episodes, 1 if a.quick else 5)
+    report.rows += rows1 + rows2 + many_rows(many, data2["awm_vmrss_bytes"]) + rows4
+    report.data = {"latency": data1, "open_reset": data2, "many": many, "openenv": data4}
     if data1["errors_total"]:
         report.notes.append(f"WARNING: {data1['errors_total']} error results in the latency "
                             "runs")
@@ -806,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, help="process-per-instance starts")
     ap.add_argument("--many", type=int, help="concurrent instances")
     ap.add_argument("--many-calls", type=int, default=20, help="calls per instance")
+    ap.add_argument("--episodes", type=int, help="OpenEnv episodes per form")
     ap.add_argument("--many-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--serve", choices=("instance", "gateway"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -824,6 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     a.open_rounds = a.open_rounds or (2 if a.quick else 30)
     a.starts = a.starts or (1 if a.quick else 10)
     a.many = a.many or (8 if a.quick else 1_024)
+    a.episodes = a.episodes or (4 if a.quick else 200)
     emit(run(a))
     return 0
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 import sqlalchemy as sa
 
-from tests.support import rl_extra_venv
+from tests.support import docker_images, peer_venv, rl_extra_venv
 
 if TYPE_CHECKING:
     from replay import Worlds
@@ -30,10 +30,22 @@ DEMO_JSONL = DEMO_WORLD / "lars.jsonl"
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if any(item.name == rl_extra_venv.TEST_NAME for item in items):
         rl_extra_venv.start()
+    # Each peer's venv (tests/support/peer_venv.py) starts building once a test that
+    # needs it is selected, so its pip run overlaps the tests before it.
+    for name in sorted({mark.args[0] for item in items
+                        for mark in item.iter_markers("peer")}):
+        peer_venv.start(name)
+    # Likewise the Docker images (tests/support/docker_images.py): the base's debootstrap
+    # and the project image's build overlap the tests before theirs.
+    for kind in sorted({mark.args[0] for item in items
+                        for mark in item.iter_markers("docker_image")}):
+        docker_images.start(kind)
 
 
 def pytest_sessionfinish() -> None:
     rl_extra_venv.stop()
+    peer_venv.stop()
+    docker_images.stop()
 _DB_COUNTER = itertools.count()
 
 

@@ -294,17 +294,17 @@ def test_slashes_around_a_path_name_the_same_endpoint(rest: httpx2.Client) -> No
 
 
 def test_the_http_reference_shows_every_route_and_body_field() -> None:
-    from starlette.routing import Route
+    from starlette.routing import Route, WebSocketRoute
 
     from worldenv.serving.gateway import ROUTES
     from worldenv.serving.http import fields_of, methods_of
     from worldenv.serving.reference import http_reference_markdown
 
     text = http_reference_markdown()
-    routes = [r for r in ROUTES if isinstance(r, Route)]
+    routes = [r for r in ROUTES if isinstance(r, Route | WebSocketRoute)]
     assert len(routes) == len(ROUTES) >= 20
     for route in routes:
-        methods = methods_of(route)
+        methods = methods_of(route) if isinstance(route, Route) else ("WEBSOCKET",)
         title = ", ".join(methods) if methods != ("*",) else "any method"
         assert f"### `{title} {route.path_format}`" in text, route.path
         for body in getattr(route, "bodies", ()):
@@ -312,7 +312,7 @@ def test_the_http_reference_shows_every_route_and_body_field() -> None:
             for field in fields_of(body):
                 assert f"| `{field.encode_name}` |" in text, (body, field.name)
     for path in ("/instances", "/instances/{iid}/openenv/step", "/instances/{iid}/gui/{target}",
-                 "/instances/{iid}/mcp"):
+                 "/instances/{iid}/mcp", "/ws", "/reset"):
         assert f" {path}`" in text
     # Rendered from the routes it is given, not from a text kept beside them.
     assert "/healthz" in http_reference_markdown(routes[:1])

@@ -7,13 +7,17 @@ app assembled from rooms of its own:
   tasks and grading);
 - ``worldenv.serving.rest``: the JSON API and each instance's MCP endpoint;
 - ``worldenv.serving.openenv``: OpenEnv's reset / step / state of one instance;
+- ``worldenv.serving.openenv_ws``: OpenEnv's WebSocket sessions (``/ws``, a session per
+  connection, an instance per session) and its top-level ``/reset``, ``/step``, ``/health``;
 - ``worldenv.serving.pages``: an instance's web pages, proxied;
 - ``worldenv.serving.reference``: the HTTP reference, generated from the routes.
 
 Agents (or the trainer that drives them) create instances over a small JSON API and talk
 to each instance's MCP server over streamable HTTP (``/instances/{id}/mcp``), its REST
 endpoints, OpenEnv's (``/instances/{id}/openenv/...``) or its pages
-(``/instances/{id}/gui/...``); ``http_reference_markdown()`` lists them all.
+(``/instances/{id}/gui/...``); OpenEnv's own client connects to ``/ws`` instead, each
+connection a session holding one instance of the task its first reset names;
+``http_reference_markdown()`` lists them all.
 
 Beside its service tools (or ``list_tools``/``call_tool`` in meta mode) an instance's MCP
 server has ``shell(command)`` and ``answer(text)`` when enabled: by default both for a
@@ -72,7 +76,7 @@ from starlette.routing import BaseRoute
 
 from worldenv.errors import GatewayError
 from worldenv.instances.instance import Environment
-from worldenv.serving import openenv, pages, rest
+from worldenv.serving import openenv, openenv_ws, pages, rest
 from worldenv.serving.hosting import (
     CLOSED_KEPT,
     ID_BYTES,
@@ -97,6 +101,7 @@ from worldenv.serving.http import (
     is_loopback,
 )
 from worldenv.serving.mcp import Mode
+from worldenv.serving.openenv_ws import Sessions
 from worldenv.serving.pages import PageLinks
 from worldenv.serving.rest import MAX_MCP_BODY, MAX_REF
 
@@ -107,7 +112,7 @@ __all__ = ["CLOSED_KEPT", "DEFAULT_HOST", "DEFAULT_PORT", "ID_BYTES", "MAX_BODY"
 
 DEFAULT_HOST = "127.0.0.1"
 # Every route of the gateway, room by room: the HTTP reference walks these.
-ROUTES: list[BaseRoute] = [*rest.ROUTES, *openenv.ROUTES, *pages.ROUTES]
+ROUTES: list[BaseRoute] = [*rest.ROUTES, *openenv.ROUTES, *openenv_ws.ROUTES, *pages.ROUTES]
 DEFAULT_PORT = 8765
 
 
@@ -123,7 +128,9 @@ class Gateway(Hosting):
     (by task id) are what instances can be created for and graded against; `max_steps` is
     the OpenEnv step limit of instances created without one; `max_gui_instances` and
     `max_gui_per_client` cap the instances with the GUI (each holds a browser page) in all
-    and per client (the peer address)."""
+    and per client (the peer address). `max_sessions` caps OpenEnv's WebSocket sessions
+    (default `max_instances`: each holds an instance); `session_timeout` is how long one
+    may send nothing before it is closed (default `idle_timeout`)."""
 
     def __init__(self, environment: Environment, *, token: str | None = None,
                  max_instances: int = 256, idle_timeout: float = 600.0,
@@ -131,23 +138,33 @@ class Gateway(Hosting):
                  reap_interval: float | None = None, workers: int | None = None,
                  tasks: Mapping[str, ServedTask] | None = None,
                  max_steps: int = MAX_STEPS, max_gui_instances: int = MAX_GUI_INSTANCES,
-                 max_gui_per_client: int = MAX_GUI_PER_CLIENT) -> None:
+                 max_gui_per_client: int = MAX_GUI_PER_CLIENT,
+                 max_sessions: int | None = None,
+                 session_timeout: float | None = None) -> None:
         if token is not None and not token.strip():
             raise GatewayError("the bearer token is empty: give a real token or none")
+        if max_sessions is not None and max_sessions < 1:
+            raise GatewayError(f"max_sessions must be at least 1, not {max_sessions}")
+        if session_timeout is not None and session_timeout <= 0:
+            raise GatewayError("session_timeout must be positive seconds")
         super().__init__(environment, max_instances=max_instances, idle_timeout=idle_timeout,
                          call_timeout=call_timeout, mode=mode, reap_interval=reap_interval,
                          workers=workers, tasks=tasks, max_steps=max_steps,
                          max_gui_instances=max_gui_instances,
                          max_gui_per_client=max_gui_per_client)
-        self.app = app(self, token)
+        self.sessions = Sessions(max_sessions or max_instances,
+                                 session_timeout or idle_timeout)
+        self.app = app(self, token, self.sessions)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.app(scope, receive, send)
 
 
-def app(hosting: Hosting, token: str | None = None) -> Starlette:
-    """The Starlette app serving `hosting`: the guard (token or loopback), the pages' own
-    links redirected under their instance, then the routes of each room."""
+def app(hosting: Hosting, token: str | None = None, sessions: Sessions | None = None
+        ) -> Starlette:
+    """The Starlette app serving `hosting` (and its OpenEnv `sessions`, by default capped
+    and timed out as its instances): the guard (token or loopback), the pages' own links
+    redirected under their instance, then the routes of each room."""
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -163,6 +180,7 @@ def app(hosting: Hosting, token: str | None = None) -> Starlette:
                        exception_handlers=dict(EXCEPTION_HANDLERS))
     served.router.redirect_slashes = False  # Slashes has made every path its endpoint's
     served.state.hosting = hosting  # what the handlers act on (``hosting_of``)
+    served.state.sessions = sessions or Sessions(hosting.max_instances, hosting.idle_timeout)
     return served
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import msgspec
 from fastmcp.server.http import StarletteWithLifespan
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from worldenv.core.contract import ToolResult
 from worldenv.errors import GatewayError, HttpError
@@ -129,6 +129,9 @@ class Hosted:
         self.calls_total = 0
         self.timeouts = 0
         self.in_flight = 0  # MCP requests other than the long-lived GET event stream
+        # Held by an OpenEnv WebSocket session (worldenv.serving.openenv_ws), which closes
+        # it when its socket closes or idles out: the reaper leaves it to the session.
+        self.held = False
         self.closed = False
         self.steps = 0  # OpenEnv steps since the last reset
         self.done = False  # answered, or the OpenEnv step limit reached
@@ -431,8 +434,9 @@ class Workers:
 
 
 
-def hosting_of(request: Request) -> Hosting:
-    """The instances the app that routed `request` serves (its ``state.hosting``)."""
+def hosting_of(request: HTTPConnection) -> Hosting:
+    """The instances the app that routed `request` (or WebSocket) serves (its
+    ``state.hosting``)."""
     hosting = request.app.state.hosting
     assert isinstance(hosting, Hosting)
     return hosting
@@ -621,20 +625,30 @@ class Hosting:
                      closing["episode_id"])
         return closing
 
-    def _discard(self, iid: str) -> None:
-        """Unpublish an instance now and close it in the background."""
+    def _discard(self, iid: str) -> asyncio.Task[dict[str, Any]] | None:
+        """Unpublish an instance now and close it in the background (a task shutdown
+        waits for); None if it was no longer published."""
         hosted = self.unpublish(iid)
-        if hosted is not None:
-            task = asyncio.create_task(self.close(hosted), name=f"close-{iid}")
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+        if hosted is None:
+            return None
+        task = asyncio.create_task(self.close(hosted), name=f"close-{iid}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return task
+
+    async def release(self, hosted: Hosted) -> dict[str, Any] | None:
+        """Unpublish and close an instance, storing its episode; what closing it left
+        (None if it was closed meanwhile). The close runs on if the caller is cancelled
+        (a socket's handler at shutdown): shutdown waits for it."""
+        task = self._discard(hosted.id)
+        return None if task is None else await asyncio.shield(task)
 
     async def _reap(self) -> None:
         while True:
             await asyncio.sleep(self.reap_interval)
             now = time.monotonic()
             for iid, hosted in list(self.instances.items()):
-                if (hosted.in_flight == 0 and not hosted.lock.locked()
+                if (hosted.in_flight == 0 and not hosted.lock.locked() and not hosted.held
                         and now - hosted.last_active >= self.idle_timeout):
                     log.info("instance %s idle for %.0f s: closing it", iid,
                              now - hosted.last_active)

@@ -21,7 +21,7 @@ import msgspec
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from replay.errors import IntegrityError
 from worldenv.errors import HttpError
@@ -111,6 +111,16 @@ class JsonRoute(Route):
         await self.app(scope, receive, send)
 
 
+class SocketRoute(WebSocketRoute):
+    """A WebSocket route and the Structs its messages are decoded into (the message
+    first, then its parts), for the HTTP reference."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], *,
+                 bodies: Sequence[type[msgspec.Struct]] = ()) -> None:
+        super().__init__(path, endpoint)
+        self.bodies = tuple(bodies)
+
+
 def allow(method: str, *allowed: str) -> str:
     if method not in allowed:
         raise HttpError(405, f"method {method} not allowed here (use {', '.join(allowed)})",
@@ -146,11 +156,13 @@ EXCEPTION_HANDLERS: Mapping[Any, Callable[[Request, Exception], Awaitable[Respon
 
 
 class Guard:
-    """The first thing every request meets (pure ASGI middleware): websockets are closed
-    (not served), then the bearer token when there is one, else the loopback check (a
-    tokenless gateway answers only requests for a loopback host from no or a loopback
-    origin: DNS rebinding, cross-site requests). An error nothing else answered is a 500
-    with one line, the trace logged, never sent."""
+    """The first thing every request meets (pure ASGI middleware): the bearer token when
+    there is one, else the loopback check (a tokenless gateway answers only requests for a
+    loopback host from no or a loopback origin: DNS rebinding, cross-site requests). A
+    WebSocket is refused before its handshake completes (the client sees the 4xx) when a
+    web page opened it (browsers send an Origin with every one, and no WebSocket is
+    held to the same origin) or it fails those checks. An error nothing else answered is
+    a 500 with one line, the trace logged, never sent."""
 
     def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
@@ -158,7 +170,7 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
+            await self._socket(scope, receive, send)
             return
         if scope["type"] != "http":  # the lifespan
             await self.app(scope, receive, send)
@@ -191,6 +203,22 @@ class Guard:
             await json_response({"error": f"internal error: {type(exc).__name__}"},
                                 500)(scope, receive, send)
 
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.token is not None and not self._authorized(scope):
+            await refuse_socket(scope, send, HttpError(
+                401, "missing or wrong bearer token (send 'Authorization: Bearer <token>' "
+                     "with the handshake)"))
+        elif self.token is None and not from_loopback(scope):
+            await refuse_socket(scope, send, HttpError(
+                403, "without a token the gateway only answers requests for a loopback "
+                     "host (DNS-rebinding protection)"))
+        elif made_by_a_page(scope):
+            await refuse_socket(scope, send, HttpError(
+                403, "a WebSocket a web page opened is refused (a program connects with no "
+                     "Origin or Sec-Fetch-Site header)"))
+        else:
+            await self.app(scope, receive, send)
+
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
         value = header(scope, b"authorization")
@@ -199,6 +227,19 @@ class Guard:
         scheme, _, credentials = value.encode("latin-1").partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(),
                                                                    self.token)
+
+
+async def refuse_socket(scope: Scope, send: Send, exc: HttpError) -> None:
+    """Refuse a WebSocket handshake: the error as a JSON answer where the server can send
+    one (ASGI's websocket.http.response extension), else a bare close (a 403)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = msgspec.json.encode({"error": exc.message})
+        await send({"type": "websocket.http.response.start", "status": exc.status,
+                    "headers": [(b"content-type", b"application/json"), *JSON_HEADERS,
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
 
 
 class Slashes:
@@ -210,7 +251,7 @@ class Slashes:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             path: str = scope["path"]
             parts = path.split("/")  # a page: "", "instances", id, "gui", its path...
             if not (len(parts) > 4 and parts[1] == "instances" and parts[3] == "gui"):

@@ -2,9 +2,9 @@
 
 It follows meta-pytorch/OpenEnv's ``HTTPEnvServer``: POST /reset, POST /step ``{"action":
 {...}}``, GET /state, answers ``{"observation", "reward", "done", "metadata"}``: an
-OpenEnv HTTP client given that base URL drives one instance. OpenEnv's own top-level
-HTTP endpoints are stateless (a fresh environment per request, sessions only over
-WebSocket), which a world cannot be, so the gateway serves only the per-instance form.
+OpenEnv HTTP client given that base URL drives one instance. OpenEnv's own client speaks
+its WebSocket protocol instead, served at ``/ws`` (``worldenv.serving.openenv_ws``) with
+these same actions, observations and steps.
 Actions are worldenv.serving.gym's (``{"tool": name, "arguments": {...}}``, ``{"shell":
 command}``, ``{"gui": {"action", "arguments"}}``, ``{"answer": text}``) and OpenEnv's MCP
 actions (``{"type": "call_tool", "tool_name", "arguments"}``, ``{"type":
@@ -136,10 +136,7 @@ async def reset(request: Request) -> Response:
     hosted = at(hosting, request)
     await decode_body(request, ResetRequest)
     stored = await hosted.run_locked(hosted.reset)
-    return json_response({
-        "observation": first_observation(hosted), "reward": None, "done": False,
-        "metadata": {"step": 0, "episode_id": hosted.instance.episode.episode_id,
-                     "stored_episode_id": stored}})
+    return json_response(reset_answer(hosted, stored))
 
 async def step(request: Request) -> Response:
     """OpenEnv's step (body: ``StepRequest``) -> ``{"observation", "reward", "done",
@@ -156,12 +153,7 @@ async def state(request: Request) -> Response:
     hosting = hosting_of(request)
     hosted = at(hosting, request)
     hosted.touch()
-    episode = hosted.instance.episode
-    return json_response({
-        "episode_id": episode.episode_id, "step_count": hosted.steps,
-        "done": hosted.done, "max_steps": hosted.setup.max_steps,
-        "task": episode.task, "agent": episode.agent, "answer": episode.answer,
-        "calls": len(episode.calls), "world_hash": episode.world_hash})
+    return json_response(state_of(hosted))
 
 async def elsewhere(request: Request) -> Response:
     """Not an OpenEnv endpoint: 404 naming the three (the three with another method:
@@ -183,13 +175,34 @@ ROUTES: list[BaseRoute] = [
               methods=("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))]
 
 
-async def take_step(hosting: Hosting, hosted: Hosted, action: Action) -> dict[str, Any]:
+def reset_answer(hosted: Hosted, stored: str | None) -> dict[str, Any]:
+    """A reset's answer (over HTTP and the WebSocket): the first observation, and the
+    ids of the episode begun and of the one just stored (None when nothing was)."""
+    return {"observation": first_observation(hosted), "reward": None, "done": False,
+            "metadata": {"step": 0, "episode_id": hosted.instance.episode.episode_id,
+                         "stored_episode_id": stored}}
+
+
+def state_of(hosted: Hosted) -> dict[str, Any]:
+    """OpenEnv's state of an instance's episode (its ``episode_id`` is the id the episode
+    is stored under)."""
+    episode = hosted.instance.episode
+    return {"episode_id": episode.episode_id, "step_count": hosted.steps,
+            "done": hosted.done, "max_steps": hosted.setup.max_steps,
+            "task": episode.task, "agent": episode.agent, "answer": episode.answer,
+            "calls": len(episode.calls), "world_hash": episode.world_hash}
+
+
+async def take_step(hosting: Hosting, hosted: Hosted, action: Action,
+                    restart: str | None = None) -> dict[str, Any]:
     """One step: the action done on the instance (``Hosted.act``, the agent protocol's
-    ``execute``), its observation as OpenEnv's, and the grade when the episode ends."""
+    ``execute``), its observation as OpenEnv's, and the grade when the episode ends.
+    `restart` says how the client starts another episode (default: the HTTP form's)."""
     if hosted.done:
         raise HttpError(409, f"the episode of instance {hosted.id} is done (answered "
-                             "or at its step limit): POST "
-                             f"/instances/{hosted.id}/openenv/reset to start another")
+                             "or at its step limit): " + (
+                                 restart or f"POST /instances/{hosted.id}/openenv/reset")
+                        + " to start another")
     for kind, cls in (("shell", ShellAction), ("answer", AnswerAction), ("gui", GuiAction)):
         if isinstance(action, cls):
             enabled(hosted, kind)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 import msgspec
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from worldenv.serving.http import description, fields_of, methods_of, type_text
 
@@ -51,19 +51,25 @@ def struct_markdown(kind: type[msgspec.Struct]) -> list[str]:
     return [*lines, ""]
 
 
-def route_markdown(route: Route) -> list[str]:
-    methods = methods_of(route)
-    title = ", ".join(methods) if methods != ("*",) else "any method"
+def route_markdown(route: Route | WebSocketRoute) -> list[str]:
+    """A route's section; a WebSocket's is titled ``WEBSOCKET`` and lists its messages."""
+    if isinstance(route, WebSocketRoute):
+        title, parts = "WEBSOCKET", "Its data, by type:"
+        lead = "Messages (JSON text; a field not listed is refused):"
+    else:
+        methods = methods_of(route)
+        title = ", ".join(methods) if methods != ("*",) else "any method"
+        lead, parts = "Body (JSON; a field not listed is refused):", "Its parts, one of:"
     lines = [f"### `{title} {route.path_format}`", ""]
     text = _doc(route.endpoint)
     if text:
         lines += [text, ""]
     bodies: tuple[type[msgspec.Struct], ...] = getattr(route, "bodies", ())
     if bodies:
-        lines += ["Body (JSON; a field not listed is refused):", ""]
+        lines += [lead, ""]
         lines += struct_markdown(bodies[0])
         if len(bodies) > 1:
-            lines += ["Its parts, one of:", ""]
+            lines += [parts, ""]
             for part in bodies[1:]:
                 lines += struct_markdown(part)
     return lines
@@ -81,6 +87,6 @@ def http_reference_markdown(routes: Sequence[BaseRoute] | None = None) -> str:
              'a 4xx with `{"error": "..."}` naming what was wrong (the field of a body, '
              "the method allowed); a method a route does not take is 405.", ""]
     for route in routes:
-        if isinstance(route, Route):
+        if isinstance(route, Route | WebSocketRoute):
             lines += route_markdown(route)
     return "\n".join(lines).rstrip() + "\n"
