@@ -36,3 +36,16 @@ class ScenarioRefused(AwmError):
         self.scenario = scenario
         self.problems = tuple(problems)
         super().__init__("; ".join(self.problems))
+
+
+class ExportRefused(AwmError):
+    """A synthesized environment that cannot be written in AWM's formats (app code that
+    uses what AWM's server has no counterpart for, a run without the stage it needs).
+    Names the file and the field; nothing is written."""
+
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.reason = message
+        where = f"{file}: {field}" if field is not None else file
+        super().__init__(f"{where}: {message}")

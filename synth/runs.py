@@ -67,7 +67,13 @@ from gates.quality import Judges
 from packs.registry import FORMAT as PACK_FORMAT
 from replay.engine import Worlds
 from synth.environments.database import ScenarioSpec
-from synth.environments.pipeline import EnvOptions, EnvResult, StageResult, synthesize_env
+from synth.environments.pipeline import (
+    CODE_FORMATS,
+    EnvOptions,
+    EnvResult,
+    StageResult,
+    synthesize_env,
+)
 from synth.environments.scenarios import expand, read_scenarios, read_seeds
 from synth.environments.verifiers import gate_feedback
 from synth.errors import BudgetSpent, SynthError
@@ -665,18 +671,22 @@ def task_funnel(folder: Path) -> dict[str, Any]:
 
 def synth_envs(folder: Path, settings: Settings, scenarios: Path,
                open_worlds: Callable[[], Worlds], *, only: str | None = None,
-               tasks_per_scenario: int = 10) -> EnvsReport:
+               tasks_per_scenario: int = 10, code_format: str = "app") -> EnvsReport:
     """``synth envs``: every scenario of the file through the stages."""
     if only is not None and only not in ENV_STAGES:
         raise SynthError(f"--only {only}: no such stage (the stages: {', '.join(ENV_STAGES)})")
+    if code_format not in CODE_FORMATS:
+        raise SynthError(f"--code-format {code_format}: not one of {', '.join(CODE_FORMATS)}")
     specs = read_scenarios(scenarios)
     if settings.model is None:
         return EnvsReport([_not_run(s) for s in specs], summary=summarize(folder))
     open_worlds().close()  # the store is made, or refused, before the run or a model call
     _, ctx = open_run(folder, settings)
+    # Only a run in AWM's code format records it: a default run's run.json stays as before.
+    extra = {"code_format": code_format} if code_format != "app" else {}
     command = Command("envs", {"scenarios": _keep_input(folder, scenarios, "scenarios"),
                                "only": only, "tasks_per_scenario": tasks_per_scenario,
-                               "judge_model": settings.judge_model})
+                               "judge_model": settings.judge_model, **extra})
     _record(folder, command)
     return _run_envs(folder, ctx, command, settings, open_worlds)
 
@@ -688,7 +698,8 @@ def _run_envs(folder: Path, ctx: Context, command: Command, settings: Settings,
     judge = _client(folder, settings, command.args.get("judge_model"), ctx.budget)
     options = EnvOptions(tasks_per_scenario=int(command.args["tasks_per_scenario"]),
                          only=command.args.get("only"), judge=judge,
-                         tasks_dir=pack_dir(folder, config) / "tasks")
+                         tasks_dir=pack_dir(folder, config) / "tasks",
+                         code_format=str(command.args.get("code_format", "app")))
     report = EnvsReport()
 
     def one(spec: ScenarioSpec) -> EnvResult:

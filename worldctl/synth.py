@@ -181,10 +181,16 @@ def _scenarios_text(report: dict[str, Any], run_dir: Path) -> str:
               help="Run this stage alone (the stages before it must be done).")
 @click.option("--tasks-per-scenario", default=10, show_default=True,
               type=click.IntRange(min=1, max=50), help="Tasks per scenario (AWM: 10).")
+@click.option("--code-format", default="app", show_default=True,
+              type=click.Choice(["app", "awm"]),
+              help="What each world serves: the model's code in the project's app contract "
+                   "(app), or that code rendered as AWM's FastAPI server, served by the AWM "
+                   "adapter (awm).")
 @_model_options
 @click.pass_context
 def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
-                   tasks_per_scenario: int, run_dir: Path, model: str | None,
+                   tasks_per_scenario: int, code_format: str, run_dir: Path,
+                   model: str | None,
                    judge_model: str | None, embedding_model: str | None,
                    api_base: str | None, concurrency: int,
                    budget_tokens: int | None, budget_cost: float | None,
@@ -205,7 +211,8 @@ def synth_envs_cmd(ctx: click.Context, scenarios: Path | None, only: str | None,
         return Worlds.open(where.store, where.cache)
 
     report = synth_envs(run_dir, settings, scenarios or run_dir / "scenarios.jsonl",
-                        open_worlds, only=only, tasks_per_scenario=tasks_per_scenario)
+                        open_worlds, only=only, tasks_per_scenario=tasks_per_scenario,
+                        code_format=code_format)
     if as_json:
         render.emit_json({"results": report.results, "stopped": report.stopped,
                           "summary": report.summary})
@@ -580,6 +587,37 @@ def synth_status_cmd(run_dir: Path, as_json: bool) -> None:
                             title=f"run {run_dir}: model {found['model']}, "
                                   f"{found['commands']} commands, {found['recordings']} "
                                   "recorded calls"))
+
+
+@synth_group.command("export-awm")
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Write the gen_*.jsonl files here (made if missing; files of the same "
+                   "name are replaced).")
+@click.option("--scenario", "scenarios", multiple=True, metavar="NAME",
+              help="Export only this built scenario (repeatable; default: every one).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def synth_export_awm_cmd(run_dir: Path, out: Path, scenarios: tuple[str, ...],
+                         as_json: bool) -> None:
+    """Write the environments the run RUN_DIR built as AWM-1K files (gen_scenario, gen_tasks,
+    gen_db, gen_sample, gen_envs, gen_verifier): AWM's own `awm env reset_db` and `awm env
+    start` load them, and `worldctl import-awm` reads them back. The app is rendered as
+    AWM's server code (FastAPI, SQLAlchemy, Pydantic v2); each task the gates accepted
+    gets AWM's code-mode and sql-mode verifier. Needs no model."""
+    _require_run(run_dir)
+    from synth.environments.export import export_run
+    from synth.runs import pack_dir, read_config
+
+    report = export_run(run_dir, out, pack_dir(run_dir, read_config(run_dir)) / "tasks",
+                        list(scenarios))
+    if as_json:
+        render.emit_json(report)
+        return
+    for s in report["scenarios"]:
+        verified = ", ".join(str(i + 1) for i in s["verified_tasks"]) or "none"
+        click.echo(f"{s['scenario']}: {s['tables']} tables, {s['tasks']} tasks (verifiers "
+                   f"for tasks {verified})")
+    click.echo(f"wrote {', '.join(report['files'])} to {report['out']}")
 
 
 @synth_group.command("replay")

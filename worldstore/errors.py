@@ -54,6 +54,8 @@ drawn here exists where the entry says.
     │   │                                   scenario name, no AWM file); nothing stored
     │   ├── AwmFormatError      awmbridge   a file that is not AWM's format; names file and
     │   │                                   line; the whole import is refused
+    │   ├── ExportRefused       awmbridge   a synthesized environment that cannot be written
+    │   │                                   in AWM's formats; names file and field
     │   └── ScenarioRefused     awmbridge   an AWM scenario that cannot be imported; names
     │                                       file, line and scenario; nothing stored for it
     ├── RLError                 rl          a training dataset, warm start or launch config

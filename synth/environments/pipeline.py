@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from awmbridge.errors import ScenarioRefused
+from awmbridge.errors import AwmError, ScenarioRefused
 from awmbridge.importer import import_day0
 from awmbridge.world import AWM_SERVICE, Day0, persona_for
 from gates.contract import GateReport, GateResult
@@ -55,6 +55,7 @@ from synth.environments.database import (
     table_columns,
     valid_tasks,
 )
+from synth.environments.export import render_from_outputs
 from synth.environments.verifiers import (
     TaskRef,
     VerifierOut,
@@ -72,10 +73,15 @@ from synth.stage import (
     stored_outcome,
     write_atomically,
 )
+from worldenv.awm.host import AWM_ADAPTER_VERSION, AWM_APP, awm_app_source
 from worldenv.instances.instance import Environment
 from worldenv.sandbox.workers import WorkerPool
 from worldllm.client import LLMClient
 from worldstore.errors import WorldError
+
+# What a synthesized world's app carries: the project's app contract (``app``), or the
+# same tools rendered as AWM's server code for the AWM adapter (``awm``).
+CODE_FORMATS = ("app", "awm")
 
 
 class StageResult(msgspec.Struct, frozen=True):
@@ -123,6 +129,7 @@ class EnvOptions:
     only: str | None = None  # run this stage alone (earlier ones must be done)
     judge: LLMClient | None = None  # gates 1 and 5; None: not run
     tasks_dir: Path | None = None  # where accepted task folders go (the run's pack)
+    code_format: str = "app"  # CODE_FORMATS: what the world's app carries
 
 
 class _Stop(Exception):
@@ -226,9 +233,8 @@ def synthesize_env(ctx: Context, spec: ScenarioSpec, open_worlds: Callable[[], W
         try:
             code: CodeOut = chain.step(CodeStage(spec.name, persona, api, ddl, day.lines(),
                                                  workers=workers, cache=worlds.cache.root))
-            with_app = dataclasses.replace(day, app={
-                "type": "app", "service": AWM_SERVICE, "app": app_name(persona),
-                "version": APP_VERSION, "code": code.code})
+            with_app = dataclasses.replace(day, app=_app(spec, schema, api, persona, code,
+                                                         options.code_format))
             with Environment(worlds, workers=workers) as env:
                 world_hash, listed = _store_world(env, spec, task_list, schema, data, with_app,
                                                   run_dir)
@@ -245,6 +251,24 @@ def synthesize_env(ctx: Context, spec: ScenarioSpec, open_worlds: Callable[[], W
                          world_hash, tools, tasks)
     write_log(run_dir, spec.name, chain.outcomes)
     return EnvResult(spec.name, persona, None, "", chain.stages, world_hash, tools, tasks)
+
+
+def _app(spec: ScenarioSpec, schema: SchemaOut, api: SpecOut, persona: str, code: CodeOut,
+         code_format: str) -> dict[str, Any]:
+    """The world's app line: the accepted code in the project's app contract, or (``awm``)
+    rendered as AWM's server code and carried for the AWM adapter, as an imported AWM
+    environment's is. The render is deterministic (``awmbridge.export_code``): the model
+    wrote and the smoke calls checked the contract's code, and the world serves the same
+    tools in AWM's format."""
+    if code_format == "app":
+        return {"type": "app", "service": AWM_SERVICE, "app": app_name(persona),
+                "version": APP_VERSION, "code": code.code}
+    try:
+        rendered = render_from_outputs(spec.name, spec.description, schema, api, code.code)
+    except AwmError as exc:
+        raise _Stop("code", f"the code cannot be rendered in AWM's format: {exc}") from None
+    return {"type": "app", "service": AWM_SERVICE, "app": AWM_APP,
+            "version": AWM_ADAPTER_VERSION, "code": awm_app_source(rendered)}
 
 
 def _day0(spec: ScenarioSpec, tasks: list[str], schema: SchemaOut, data: DataOut) -> Day0:
@@ -375,5 +399,5 @@ def write_log(run_dir: Path, scenario: str, outcomes: list[StageOutcome]) -> Non
     write_atomically(folder / f"{scenario}.jsonl", b"".join(line + b"\n" for line in lines))
 
 
-__all__ = ["EnvOptions", "EnvResult", "StageResult", "TaskResult",
+__all__ = ["CODE_FORMATS", "EnvOptions", "EnvResult", "StageResult", "TaskResult",
            "synthesize_env", "write_log"]
