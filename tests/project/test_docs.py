@@ -266,14 +266,14 @@ def test_every_command_is_in_the_generated_cli_reference() -> None:
 def test_the_http_reference_is_generated_from_every_route() -> None:
     """The HTTP page is the gateway's own reference (no hand-kept copy): a section per
     route, every body's fields."""
-    from starlette.routing import Route
+    from starlette.routing import Route, WebSocketRoute
 
     from worldenv.serving.gateway import ROUTES
 
     reference = _hooks().http_reference_markdown()
     assert reference is not None, "the gateway's HTTP reference could not be generated"
     for route in ROUTES:
-        assert isinstance(route, Route)
+        assert isinstance(route, Route | WebSocketRoute)
         path = re.sub(r":[a-z]+}", "}", route.path)
         assert re.search(rf"^### `[A-Z, ]+ {re.escape(path)}`$", reference, re.M) or \
             f"any method {path}`" in reference, path
@@ -349,6 +349,9 @@ def test_the_settings_the_docs_name_exist() -> None:
                                                "worldllm", "gates", "synth", "rl", "eval",
                                                "awmbridge", "worldctl")
                      for p in (ROOT / top).rglob("*.py"))
+    # the image builds and the compose file read theirs too
+    code += "\n".join(p.read_text() for p in sorted((ROOT / "deploy").iterdir())
+                      if p.suffix in (".sh", ".py", ".yaml"))
     named = {name for text in _pages().values()
              for name in re.findall(r"\b((?:WORLDCTL|AGENT_WORLDS)_[A-Z_]+)\b", text)}
     assert named

@@ -8,7 +8,6 @@ zombie of the sandbox uid was left behind.
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 import socket
 import sys
@@ -27,7 +26,6 @@ from worldenv.sandbox.bubblewrap import (
 )
 from worldenv.sandbox.choice import default_sandbox, run_sandboxed
 from worldenv.sandbox.contract import LIMIT_REASONS, Bind, Limits, ShellResult, classify_limit
-from worldenv.sandbox.docker import DockerSandbox
 from worldenv.sandbox.policy import Rlimits, SandboxPolicy, sandbox_ids
 from worldenv.sandbox.workers import MASKED, AppWorker, WorkerLimits
 
@@ -338,7 +336,7 @@ def test_file_size_bomb_is_stopped(box: BubblewrapSandbox, ws: Path) -> None:
     assert (ws / "big").stat().st_size == Limits().max_file_mib << 20
 
 
-# --- choice, errors, Docker -------------------------------------------------------------
+# --- choice, errors -------------------------------------------------------------------
 
 
 def test_default_sandbox_is_bubblewrap_and_cached() -> None:
@@ -366,24 +364,6 @@ def test_bad_command_is_refused(box: BubblewrapSandbox, ws: Path) -> None:
 def test_limits_are_validated() -> None:
     with pytest.raises(ValueError, match="max_procs"):
         Limits(max_procs=0)
-
-
-def test_docker_command_line(tmp_path: Path) -> None:
-    argv = DockerSandbox("img:1").build_argv(
-        "echo hi", tmp_path, Limits(memory_mib=256, max_procs=32, cpu_s=5, max_file_mib=8,
-                                    tmp_mib=16), "sbx-1", env={"A": "b"}, user=(999, 995))
-    assert argv[:5] == ["docker", "run", "--rm", "--name", "sbx-1"]
-    pairs = set(itertools.pairwise(argv))
-    for pair in [("--network", "none"), ("--memory", "256m"), ("--memory-swap", "256m"),
-                 ("--pids-limit", "32"), ("--cpus", "1.0"), ("--cap-drop", "ALL"),
-                 ("--security-opt", "no-new-privileges"), ("--ulimit", "cpu=5:6"),
-                 ("--ulimit", f"fsize={8 << 20}"), ("--ulimit", "core=0"),
-                 ("--tmpfs", "/tmp:rw,nosuid,nodev,size=16m"), ("--user", "999:995"),
-                 ("-v", f"{tmp_path}:/workspace:rw"), ("-w", "/workspace"), ("-e", "A=b"),
-                 ("-e", "HOME=/workspace")]:
-        assert pair in pairs
-    assert "--read-only" in argv
-    assert argv[-4:] == ["img:1", "bash", "-c", "echo hi"]
 
 
 # --- the one policy builder: what every command line holds ------------------------------

@@ -72,7 +72,9 @@ The package, one module per concern:
 * ``supervise``: the process supervision both backends share;
 * ``bubblewrap``: ``bwrap_argv``, ``BubblewrapSandbox``, ``kill_sandbox``,
   ``popen_long_lived``;
-* ``docker``: ``DockerSandbox``;
+* ``docker``: ``DockerSandbox`` (one container per command through the ``docker`` SDK, in
+  the local base image of ``deploy/build-base.sh``; what it holds otherwise than
+  bubblewrap is in ``docs/peers/docker.md``);
 * ``choice``: ``default_sandbox``, ``run_sandboxed``, ``give_to_sandbox``;
 * ``workers`` and ``app_worker``: the carried-app workers (a pool here, the worker process
   in the sandbox).

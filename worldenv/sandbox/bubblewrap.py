@@ -21,6 +21,7 @@ from typing import Any
 from worldenv.errors import SandboxError
 from worldenv.sandbox.contract import Bind, Limits, Sandbox, ShellResult
 from worldenv.sandbox.policy import (
+    BACKEND_SETTING,
     HOST_ENV,
     MOUNT_AT,
     SYSTEM_PATHS,
@@ -30,6 +31,7 @@ from worldenv.sandbox.policy import (
     check_binds,
     check_command,
     check_workspace,
+    chosen_backend,
     give_tree,
     sandbox_env,
     sandbox_ids,
@@ -107,7 +109,14 @@ class SandboxTools:
 
 
 def find_sandbox_tools(*, setpriv: bool = True) -> SandboxTools:
-    """bwrap and prlimit (and setpriv unless not wanted) on the host's system PATH."""
+    """bwrap and prlimit (and setpriv unless not wanted) on the host's system PATH;
+    refused under ``WORLDCTL_SANDBOX=container``, where no namespace can be made (the app
+    workers and the browser, which need bubblewrap itself, stop here with that reason;
+    the verifier's servers are bubblewrap's only and are not started)."""
+    if chosen_backend() == "container":
+        raise SandboxError(f"{BACKEND_SETTING}=container: this container is the sandbox and "
+                           "bubblewrap cannot make namespaces in it, but carried-app "
+                           "workers and the browser (a task's GUI) need bubblewrap")
     names = ("bwrap", "prlimit", "setpriv") if setpriv else ("bwrap", "prlimit")
     found = {name: shutil.which(name, path=HOST_ENV["PATH"]) for name in names}
     missing = [name for name, path in found.items() if path is None]

@@ -1,4 +1,5 @@
-"""Which backend: bubblewrap where it works, else Docker where an engine answers; probed
+"""Which backend: the one ``WORLDCTL_SANDBOX`` names (only ``container``, inside a
+container), else bubblewrap where it works, else Docker where an engine answers; probed
 once and cached."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 
 from worldenv.errors import SandboxError
 from worldenv.sandbox.bubblewrap import BubblewrapSandbox
+from worldenv.sandbox.container import ContainerSandbox
 from worldenv.sandbox.contract import Limits, Sandbox, ShellResult
 from worldenv.sandbox.docker import DockerSandbox
-from worldenv.sandbox.policy import give_tree, sandbox_ids
+from worldenv.sandbox.policy import chosen_backend, give_tree, sandbox_ids
 
 __all__ = ["default_sandbox", "give_to_sandbox", "run_sandboxed"]
 
@@ -40,12 +42,21 @@ def _bwrap_works() -> tuple[BubblewrapSandbox | None, str]:
 
 @functools.cache
 def default_sandbox() -> Sandbox:
-    """bubblewrap if it works here, else Docker if an engine answers; probed once."""
+    """The backend ``WORLDCTL_SANDBOX`` names (``container``: this container is the
+    sandbox; refused outside one), else bubblewrap if it works here, else Docker if an
+    engine answers; probed once. The container backend is never chosen by the probe."""
+    if chosen_backend() == "container":
+        return ContainerSandbox()
     box, why = _bwrap_works()
     if box is not None:
         return box
     docker = DockerSandbox()
     if docker.engine_answers():
+        if not docker.image_present():
+            raise SandboxError(
+                f"bubblewrap is unusable ({why}), and the Docker sandbox's image "
+                f"{docker.image} is not built: run deploy/build-base.sh (as root) from the "
+                "checkout, or set WORLDCTL_SANDBOX_IMAGE")
         log.warning("bubblewrap is unusable (%s); using Docker", why)
         return docker
     raise SandboxError(

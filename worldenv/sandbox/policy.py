@@ -22,6 +22,8 @@ from worldenv.errors import SandboxError
 from worldenv.sandbox.contract import Bind
 
 __all__ = [
+    "BACKENDS",
+    "BACKEND_SETTING",
     "BROWSER_USER",
     "HOST_ENV",
     "MAX_COMMAND_BYTES",
@@ -37,6 +39,7 @@ __all__ = [
     "check_binds",
     "check_command",
     "check_workspace",
+    "chosen_backend",
     "give_tree",
     "sandbox_env",
     "sandbox_ids",
@@ -52,9 +55,24 @@ SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 MAX_COMMAND_BYTES = 100_000  # Linux refuses a single argv string over 128 KiB
 MAX_OPEN_FILES = 256
 HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+# The one setting that names a backend; unset, ``choice.default_sandbox`` probes.
+BACKEND_SETTING = "WORLDCTL_SANDBOX"
+BACKENDS = ("container",)  # what it may name: only what no probe would ever choose
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Where the sandbox's own mounts live: a bind may sit neither on nor above nor under these.
 _RESERVED_TARGETS = ("/proc", "/dev", "/tmp", "/var", MOUNT_AT)
+
+
+def chosen_backend() -> str | None:
+    """The backend ``WORLDCTL_SANDBOX`` names, None when unset or empty; SandboxError for a
+    name that is not one of ``BACKENDS``."""
+    chosen = os.environ.get(BACKEND_SETTING, "").strip()
+    if not chosen:
+        return None
+    if chosen not in BACKENDS:
+        raise SandboxError(f"{BACKEND_SETTING}={chosen!r} names no sandbox backend: "
+                           f"{', '.join(BACKENDS)}, or unset for bubblewrap or Docker")
+    return chosen
 
 
 def check_command(command: str, env: Mapping[str, str] | None) -> None:

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from worldenv.sandbox.contract import OUTPUT_KILL_FACTOR, Limits, ShellResult, classify_limit
 from worldenv.sandbox.policy import HOST_ENV
 
-__all__ = ["shell_result", "supervise"]
+__all__ = ["Outcome", "shell_result", "supervise"]
 
 
 @dataclass
-class _Outcome:
+class Outcome:
+    """How one supervised run ended, before ``shell_result`` makes it a ShellResult (the
+    Docker backend, which reads a container's streams itself, fills one too)."""
+
     status: int | None  # shell-style: 128+N for a signal
     stdout: bytes
     stderr: bytes
@@ -30,14 +33,18 @@ class _Outcome:
 
 
 def supervise(argv: list[str], limits: Limits, kill: Callable[[subprocess.Popen[bytes]], None],
-               *, env: Mapping[str, str] | None = None) -> _Outcome:
-    """Start argv in its own session, read both pipes until it ends or a limit is hit."""
+               *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+               ended: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Outcome:
+    """Start argv in its own session (in `cwd`, else here), read both pipes until it ends
+    or a limit is hit. `ended` is called once the process itself has ended: a backend with
+    no pid namespace ends what it left there, whose pipes would otherwise stay open."""
     started = time.monotonic()
     deadline = started + limits.timeout_s
     keep = limits.max_output_bytes
     hard_cap = OUTPUT_KILL_FACTOR * keep
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                            cwd=cwd,
                             env=dict(env if env is not None else HOST_ENV))
     assert proc.stdout is not None and proc.stderr is not None
     streams = {proc.stdout.fileno(): 0, proc.stderr.fileno(): 1}
@@ -60,6 +67,8 @@ def supervise(argv: list[str], limits: Limits, kill: Callable[[subprocess.Popen[
         if pid == proc.pid:
             wait_status = status
             cpu = usage.ru_utime + usage.ru_stime
+            if ended is not None:
+                ended(proc)
 
     try:
         for fd in streams:
@@ -110,7 +119,7 @@ def supervise(argv: list[str], limits: Limits, kill: Callable[[subprocess.Popen[
     code = os.waitstatus_to_exitcode(wait_status)
     proc.returncode = code
     status = None if (timed_out or flooded) else (128 - code if code < 0 else code)
-    return _Outcome(status=status, stdout=bytes(kept[0]), stderr=bytes(kept[1]),
+    return Outcome(status=status, stdout=bytes(kept[0]), stderr=bytes(kept[1]),
                     stdout_cut=seen[0] > keep, stderr_cut=seen[1] > keep,
                     timed_out=timed_out, flooded=flooded, cpu_s=cpu,
                     seconds=time.monotonic() - started)
@@ -121,7 +130,7 @@ def _text(data: bytes, cut: bool, limit: int) -> str:
     return text + f"\n[... output truncated at {limit} bytes ...]" if cut else text
 
 
-def shell_result(out: _Outcome, limits: Limits) -> ShellResult:
+def shell_result(out: Outcome, limits: Limits) -> ShellResult:
     stderr = _text(out.stderr, out.stderr_cut, limits.max_output_bytes)
     return ShellResult(
         exit_code=out.status,
