@@ -22,7 +22,11 @@ On content_platform_1 (AWM's generated FastAPI + SQLAlchemy server, 34 routes, f
    client (``Client(instance_server(inst))``), and AWM's own server's call over HTTP.
 
 The baseline server runs the generated code in a process of its own, as AWM does (not in
-this process, and not sandboxed: that is AWM's way).
+this process, and not sandboxed: that is AWM's way). It is an emulation of AWM's start, not
+AWM's package. AWM's own start is measured beside it when a venv with AWM's package is
+found (``--awm-venv``, else the tests' built ``awm`` peer venv): ``awm env reset_db`` then
+``awm env start`` until its MCP endpoint lists the tools; without one a note says it was
+not measured.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -204,6 +209,68 @@ async def awm_calls(code_file: Path, statements: list[str], scratch: Path, n: in
         proc.wait(15)
 
 
+# --- AWM's own package: `awm env reset_db` + `awm env start` -----------------------------
+
+# Where the tests' peer venvs are kept (tests/support/peer_venv.py builds the `awm` one).
+PEER_VENVS = Path(os.environ.get("WORLDCTL_TEST_PEER_CACHE",
+                                 Path.home() / ".cache" / "agent-worlds" / "peer-venvs"))
+
+
+def find_awm(given: Path | None) -> Path | None:
+    """The `awm` console script of a venv with AWM's package (``agent-world-model``):
+    `given` (--awm-venv), else a built peer venv of the tests; None when there is none."""
+    if given is not None:
+        script = given / "bin" / "awm"
+        if not script.is_file():
+            raise SystemExit(f"error: --awm-venv {given}: no bin/awm (pip install "
+                             "agent-world-model==0.1.0 'mcp>=1.20,<2' into it)")
+        return script
+    for folder in sorted(PEER_VENVS.glob("awm-*"), key=lambda f: f.stat().st_mtime,
+                         reverse=True):
+        if (folder / "ready").is_file() and (folder / "venv" / "bin" / "awm").is_file():
+            return folder / "venv" / "bin" / "awm"
+    return None
+
+
+def _awm_env() -> dict[str, str]:
+    # AWM's imports take seconds more each run compiled from source: let them be cached.
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
+
+
+def awm_own_start(awm: Path, samples: Path, scratch: Path) -> tuple[float, float]:
+    """AWM's own reset and start of content_platform_1: `awm env reset_db` (its database
+    from gen_db + gen_sample), then `awm env start` until its MCP endpoint lists the 34
+    tools. Seconds (reset_db, reset_db + start + list_tools)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    dbs = scratch / "databases"
+    remove(dbs)
+    port = free_port()
+    t0 = time.perf_counter()
+    subprocess.run([str(awm), "env", "reset_db", "--input_db", str(samples / "gen_db.jsonl"),
+                    "--input_sample", str(samples / "gen_sample.jsonl"), "--database_dir",
+                    str(dbs), "--scenarios", SCENARIO], env=_awm_env(), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reset = time.perf_counter() - t0
+    # start_new_session: `awm env start` runs the server as a child of its own (os.system)
+    proc = subprocess.Popen(
+        [str(awm), "env", "start", "--scenario", SCENARIO, "--envs_load_path",
+         str(samples / "gen_envs.jsonl"), "--db_path", str(dbs / f"{SCENARIO}.db"),
+         "--port", str(port), "--temp_server_path", str(scratch / "temp_server.py")],
+        env=_awm_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        asyncio.run(_until_listed(f"http://127.0.0.1:{port}/mcp", proc, False))
+        return reset, time.perf_counter() - t0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 # --- ours --------------------------------------------------------------------------------
 
 
@@ -308,8 +375,9 @@ def open_reset(store: Path, statements: list[str], code_file: Path, rounds: int,
         Row(B, "  an episode boundary on a kept instance: reset() after a write + the first "
                "call", fmt_s(episode_s), "",
             f"{median([a[1] for a in awm]) / episode_s:,.0f}x faster than AWM's way"),
-        Row(B, f"AWM's way: rebuild the db from DDL + INSERTs (stdlib sqlite3) + start the "
-               f"generated server (FastMCP.from_fastapi, uvicorn) + list_tools answered, "
+        Row(B, f"AWM's way, emulated: rebuild the db from DDL + INSERTs (stdlib sqlite3) + "
+               f"start the generated server (FastMCP.from_fastapi, uvicorn) + list_tools "
+               f"answered, "
                f"median of {len(awm)}", fmt_s(listed_s), fmt_s(ours_s) + " ours",
             f"{listed_s / ours_s:,.0f}x ours", f">= {TARGET_X_START:,}x ours",
             listed_s >= TARGET_X_START * ours_s),
@@ -417,9 +485,28 @@ def run(a: argparse.Namespace) -> Report:
                             "to it")
     else:
         awm_http = asyncio.run(awm_calls(code_file, statements, work / "http", a.calls))
-        rows2.append(Row(B, "  AWM's own server, the same routes over streamable HTTP "
+        rows2.append(Row(B, "  the emulated AWM server, the same routes over streamable HTTP "
                             "(FastMCP.from_fastapi; no recording): read / write",
                          f"{fmt_s(awm_http[READ[0]])} / {fmt_s(awm_http[WRITE[0]])}"))
+    awm = find_awm(a.awm_venv)
+    own: list[tuple[float, float]] = []
+    if awm is None:
+        report.notes.append(
+            "AWM's own package was not found (no --awm-venv, no built `awm` peer venv of the "
+            "tests): its own start was not measured; the baseline above is the emulation.")
+    else:
+        for _ in range(1 if a.quick else min(a.starts, 3)):
+            own.append(awm_own_start(awm, a.samples, work / "awm-own"))
+        reset_s, started_s = median([o[0] for o in own]), median([o[1] for o in own])
+        ours_s = median(data1["ours_s"])
+        rows1.append(Row(B, f"AWM's own package (agent-world-model 0.1.0): `awm env reset_db` "
+                            f"+ `awm env start` until list_tools answered, median of {len(own)}",
+                         fmt_s(started_s), fmt_s(ours_s) + " ours",
+                         f"{started_s / ours_s:,.0f}x ours", f">= {TARGET_X_START:,}x ours",
+                         started_s >= TARGET_X_START * ours_s))
+        rows1.append(Row(B, "  of which `awm env reset_db` (the database from gen_db + "
+                            "gen_sample, its command's start included)", fmt_s(reset_s)))
+    data1["awm_own_starts"] = [{"reset_db_s": r, "list_tools_s": t} for r, t in own]
     report.rows += rows1 + rows2
     report.data = {"open_reset": data1, "calls": data2, "awm_http_s": awm_http}
     report.notes.append(
@@ -441,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--starts", type=int, help="AWM server starts")
     ap.add_argument("--calls", type=int, help="calls per contender and round")
     ap.add_argument("--samples", type=Path, default=DEFAULT_SAMPLES)
+    ap.add_argument("--awm-venv", type=Path, help="a venv with AWM's package (default: the "
+                    "tests' `awm` peer venv, when built)")
     ap.add_argument("--serve-awm", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
