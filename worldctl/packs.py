@@ -208,8 +208,10 @@ def pack_solve(ctx: click.Context, name: str, task: str, world_dir: Path,
     from gates.agents import reference_agent
     from gates.task import load_task
 
+    found = load_task(_pack_of(ctx, name).task_dir(task))
+    if "gui" in found.spec.interfaces:
+        _require_browser()
     with _world_instance(ctx, name, task, world_dir) as (instance, _spec):
-        found = load_task(_pack_of(ctx, name).task_dir(task))
         trajectory = reference_agent().run(instance, found, hinted=False)
         instance.settle()
     if trajectory.answer is not None:
@@ -254,6 +256,17 @@ def pack_grade(ctx: click.Context, name: str, task: str, world_dir: Path, answer
         render.echo(f"  error: {error}")
     if not verdict.passed:
         ctx.exit(1)
+
+
+def _require_browser() -> None:
+    """The reference solution of a task that uses the GUI drives a browser, in a
+    bubblewrap sandbox: where either is missing, refuse before the first step rather than
+    replay its GUI steps as failed tool calls."""
+    from worldenv.gui.browser import find_chromium
+    from worldenv.sandbox.bubblewrap import find_sandbox_tools
+
+    find_sandbox_tools()
+    find_chromium()
 
 
 def _pack_of(ctx: click.Context, name: str) -> Pack:

@@ -3,7 +3,8 @@
 ``choice.run_sandboxed(command, workspace)`` runs ``bash -c command`` with the instance's
 workspace as its writable working directory ``/workspace`` and returns a ``ShellResult``. The
 sandbox is bubblewrap where it works (``BubblewrapSandbox``), else Docker where an engine answers
-(``DockerSandbox``); ``default_sandbox()`` probes once and caches its choice.
+(``DockerSandbox``); ``default_sandbox()`` probes once and caches its choice, unless
+``WORLDCTL_SANDBOX=container`` chooses ``ContainerSandbox``.
 
 Every bubblewrap sandbox of the project (this shell, the verifier's runs through it, the
 carried-app workers of ``worldenv.sandbox.workers``) is declared as a ``SandboxPolicy`` and turned
@@ -75,6 +76,10 @@ The package, one module per concern:
 * ``docker``: ``DockerSandbox`` (one container per command through the ``docker`` SDK, in
   the local base image of ``deploy/build-base.sh``; what it holds otherwise than
   bubblewrap is in ``docs/peers/docker.md``);
+* ``container``: ``ContainerSandbox`` (``WORLDCTL_SANDBOX=container`` only, inside a
+  container such as a Harbor task's: the container is the boundary, each command a plain
+  process in it under the same user and limits but the process limit, with no network
+  isolation);
 * ``choice``: ``default_sandbox``, ``run_sandboxed``, ``give_to_sandbox``;
 * ``workers`` and ``app_worker``: the carried-app workers (a pool here, the worker process
   in the sandbox).

@@ -5,8 +5,8 @@ seccomp profile refuses them) and no engine of its own is reachable.
 Chosen only by ``WORLDCTL_SANDBOX=container`` (``policy.chosen_backend``), never by
 ``default_sandbox``'s probe, and it refuses to start outside a container
 (``inside_container``). Each command runs as a plain subprocess under the same limits as
-elsewhere: the rlimits by ``prlimit`` (CPU, address space, file size, open files, no core,
-and as root the process limit), the wall clock and the output caps by ``supervise``, the
+elsewhere: the rlimits by ``prlimit`` (CPU, address space, file size, open files, no core;
+not the process limit, see ``build_argv``), the wall clock and the output caps by ``supervise``, the
 scrubbed environment of ``sandbox_env``; as root, as the unprivileged sandbox user
 (``setpriv``: no capability, no new privileges), given the workspace tree first.
 
@@ -108,13 +108,14 @@ class ContainerSandbox(Sandbox):
         argv = [self.prlimit, f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
                 f"--as={limits.memory_mib << 20}", f"--fsize={limits.max_file_mib << 20}",
                 f"--nofile={MAX_OPEN_FILES}", "--core=0"]
+        # No process limit: with no user namespace of its own, Linux counts RLIMIT_NPROC
+        # per uid across the whole machine, so every container's sandbox user (the same
+        # uid in each, and maybe the host's own sandboxes') would share one count and
+        # starve the others. The container's pids limit, where its runtime sets one, is
+        # the bound.
         if self.privileged:
-            # RLIMIT_NPROC counts every process of the uid; as root the sandbox user runs
-            # nothing but this run (runs take turns). Without root it would count this
-            # process's own too, so it is not set.
             uid, gid = sandbox_ids()
-            argv += [f"--nproc={limits.max_procs}:{limits.max_procs}", "--",
-                     self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            argv += ["--", self.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
         return [*argv, "--", "/bin/bash", "-c", command]
 
@@ -144,7 +145,8 @@ class ContainerSandbox(Sandbox):
                     _kill_all, uid)
             else:
                 kill = _kill_group
-            full_env = {**sandbox_env(env), "HOME": cwd, "PWD": cwd}
+            # HOME is the workspace as elsewhere, by the path the command sees it at.
+            full_env = {**sandbox_env(None), "HOME": cwd, "PWD": cwd, **(env or {})}
             out = supervise(self.build_argv(command, limits), limits, kill, env=full_env,
                             cwd=cwd, ended=kill)
         return shell_result(out, limits)
